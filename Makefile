@@ -1,0 +1,55 @@
+# turnout — `make help` lists the targets. State lives under $TURNOUT_HOME (default ./.turnout).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.8
+TURNOUT_HOME ?= $(CURDIR)/.turnout
+export TURNOUT_HOME
+
+.DEFAULT_GOAL := help
+.PHONY: help setup jars lock demo test lint typecheck unit integration docs clean
+
+help: ## Show this help.
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup: $(VENV)/.installed .cache/jars/.fetched ## Create .venv from requirements.lock and fetch Delta's jars.
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q uv==$(UV_VERSION)
+	$(BIN)/uv pip sync --python $(BIN)/python requirements.lock
+	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
+	touch $@
+
+.cache/jars/.fetched: conf/jars/pom.xml
+	$(MAKE) jars
+	touch $@
+
+jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, once).
+	cd conf/jars && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+		-DincludeGroupIds=io.delta -DoutputDirectory=$(CURDIR)/.cache/jars
+
+lock: ## Re-resolve requirements.lock from pyproject.toml.
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
+
+demo: setup ## Simulate a platform history and ingest it on embedded defaults.
+	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7
+	$(BIN)/turnout ingest
+
+lint: setup ## ruff.
+	$(BIN)/ruff check .
+
+typecheck: setup ## mypy.
+	$(BIN)/mypy
+
+unit: setup ## Unit tests only (no engines).
+	$(BIN)/pytest -m "not integration"
+
+test: setup lint typecheck ## ruff, mypy and the whole pytest suite (what CI runs).
+	$(BIN)/pytest
+
+docs: setup ## Regenerate docs/landing-schema.md from the code.
+	$(BIN)/turnout schema > docs/landing-schema.md
+
+clean: ## Remove $(TURNOUT_HOME) (all local state).
+	rm -rf $(TURNOUT_HOME)

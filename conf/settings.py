@@ -1,0 +1,110 @@
+"""Read a YAML profile (``local`` or ``cluster``) into one typed, validated settings object.
+
+* ``TURNOUT_PROFILE`` picks the profile (default ``local``).
+* ``TURNOUT_HOME`` is the root of all state (default ``~/.turnout``); ``{home}`` in a path
+  expands to it and ``{repo}`` to this repository, so two homes never interfere.
+* ``TURNOUT__SECTION__KEY=value`` overrides one key, e.g. ``TURNOUT__SPARK__MASTER=local[1]``.
+
+Unknown keys are rejected with the key and the file named, so a typo never silently
+falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROFILE_DIR = Path(__file__).resolve().parent
+ENV_PREFIX = "TURNOUT__"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SparkSettings(_Strict):
+    master: str = "local[2]"
+    driver_memory: str = "4g"
+    shuffle_partitions: int = Field(4, ge=1)
+    delta_snapshot_partitions: int = Field(2, ge=1)
+    jars_dir: str
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class LakeSettings(_Strict):
+    root: str
+
+    def table_path(self, layer: str, table: str) -> str:
+        """Where one Delta table lives, e.g. ``table_path("silver", "events")``."""
+        return f"{self.root.rstrip('/')}/{layer}/{table}"
+
+
+class LandingSettings(_Strict):
+    root: str
+
+
+class IngestSettings(_Strict):
+    # Above this share of quarantined rows in one table and interval, the batch is treated as a
+    # broken delivery and the run fails instead of publishing a mostly-empty table.
+    max_quarantine_fraction: float = Field(0.2, ge=0.0, le=1.0)
+
+
+class Settings(_Strict):
+    profile: str
+    home: Path
+    spark: SparkSettings
+    lake: LakeSettings
+    landing: LandingSettings
+    ingest: IngestSettings = Field(default_factory=lambda: IngestSettings(max_quarantine_fraction=0.2))
+
+
+class SettingsError(ValueError):
+    """A profile file that cannot be turned into settings; the message names file and key."""
+
+
+def _expand(value: Any, home: Path) -> Any:
+    if isinstance(value, str):
+        return value.replace("{home}", str(home)).replace("{repo}", str(REPO_ROOT))
+    if isinstance(value, dict):
+        return {k: _expand(v, home) for k, v in value.items()}
+    return value
+
+
+def _apply_env_overrides(raw: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        keys = name[len(ENV_PREFIX) :].lower().split("__")
+        node = raw
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    return raw
+
+
+def load_settings(
+    profile: str | None = None,
+    home: str | Path | None = None,
+    environ: dict[str, str] | None = None,
+) -> Settings:
+    """Build the settings for ``profile`` (default: ``$TURNOUT_PROFILE`` or ``local``)."""
+    env = dict(os.environ if environ is None else environ)
+    profile = profile or env.get("TURNOUT_PROFILE", "local")
+    home_path = Path(home or env.get("TURNOUT_HOME") or Path.home() / ".turnout").expanduser()
+    path = PROFILE_DIR / f"{profile}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+        raise SettingsError(f"unknown profile {profile!r}: no {path} (known: {known})")
+    raw = yaml.safe_load(path.read_text()) or {}
+    raw = _apply_env_overrides(raw, env)
+    raw = _expand(raw, home_path.resolve())
+    try:
+        return Settings(profile=profile, home=home_path.resolve(), **raw)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        raise SettingsError(f"{path}: {problems}") from err

@@ -1,0 +1,1 @@
+"""turnout's batch jobs as plain functions: simulator, ingest, features, training, index."""

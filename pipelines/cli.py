@@ -1,0 +1,157 @@
+"""The ``turnout`` command line: the same functions the DAGs and the tests call.
+
+Every command takes ``--json`` and then prints one machine-readable summary as the last line of
+standard output; progress and logs go to standard error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from conf import Settings, load_settings
+
+app = typer.Typer(
+    help="turnout: recommend the local events people will actually attend.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary as the last line.")]
+Profile = Annotated[
+    str | None, typer.Option("--profile", help="Settings profile (default: $TURNOUT_PROFILE or local).")
+]
+
+
+def _settings(profile: str | None) -> Settings:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("great_expectations", "py4j", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return load_settings(profile)
+
+
+@contextmanager
+def _progress(description: str) -> Any:
+    """A progress bar on stderr; yields the ``progress(label, done, total)`` callback jobs take."""
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(label: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{description}: {label}", completed=done, total=total)
+
+        yield update
+
+
+def _parse_instant(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if t.tzinfo is None:
+        raise typer.BadParameter(f"{value!r} has no UTC offset; write e.g. 2026-11-01T13:00Z")
+    return t.astimezone(UTC)
+
+
+def _emit(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        out.print(json.dumps(summary, sort_keys=True, default=str), soft_wrap=True, highlight=False)
+
+
+@app.command()
+def simulate(
+    users: Annotated[int, typer.Option(help="Number of users.")] = 3000,
+    days: Annotated[int, typer.Option(help="Days of platform history.")] = 28,
+    seed: Annotated[int, typer.Option(help="Random seed; the same seed writes the same files.")] = 7,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Generate a platform history into the landing zone (and its hidden ground truth)."""
+    from pipelines.simulator.config import SimulationConfig
+    from pipelines.simulator.run import simulate as run_simulation
+
+    settings = _settings(profile)
+    config = SimulationConfig(users=users, days=days, seed=seed)
+    landing = Path(settings.landing.root)
+    t0 = time.perf_counter()
+    with _progress("simulate") as progress:
+        summary = run_simulation(config, landing, settings.home / "simulator", progress=progress)
+    data = summary.to_dict()
+    table = Table(title=f"landing files written to {landing} in {time.perf_counter() - t0:.1f}s")
+    table.add_column("entity")
+    table.add_column("records", justify="right")
+    table.add_column("lines written", justify="right")
+    for name, entity in data["entities"].items():
+        table.add_row(name, str(entity["records"]), str(entity["lines_written"]))
+    err.print(table)
+    _emit(data, as_json)
+
+
+@app.command()
+def ingest(
+    start: Annotated[
+        str | None, typer.Option(help="First delivered hour, UTC (e.g. 2026-11-01T13:00Z); default: all.")
+    ] = None,
+    end: Annotated[str | None, typer.Option(help="End of the interval, exclusive; default: all.")] = None,
+    run_id: Annotated[str | None, typer.Option(help="Run id recorded with every row.")] = None,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Landing -> bronze -> silver for the files delivered in [start, end)."""
+    from pipelines.ingest.run import DataContractError, build_silver, ingest_bronze
+
+    settings = _settings(profile)
+    run_id = run_id or f"cli-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    t_start, t_end = _parse_instant(start), _parse_instant(end)
+    try:
+        with _progress("ingest") as progress:
+            bronze = ingest_bronze(settings, t_start, t_end, run_id, progress=progress)
+            silver = build_silver(settings, t_start, t_end, run_id, progress=progress)
+    except DataContractError as e:
+        err.print(f"[red]data contract failed[/red]: {e}")
+        raise typer.Exit(2) from e
+    table = Table(title=f"ingest {run_id}: bronze counts (read = written + deduplicated + quarantined)")
+    for col in ("table", "read", "written", "deduplicated", "quarantined", "silver rows"):
+        table.add_column(col, justify="left" if col == "table" else "right")
+    for name, c in bronze["tables"].items():
+        rows = silver["tables"].get(name, {}).get("rows", 0)
+        table.add_row(
+            name, *(str(c[k]) for k in ("read", "written", "deduplicated", "quarantined")), str(rows)
+        )
+    err.print(table)
+    _emit({"run_id": run_id, "tables": bronze["tables"], "silver": silver["tables"]}, as_json)
+
+
+@app.command()
+def schema() -> None:
+    """Print the landing schema as Markdown (the source of docs/landing-schema.md)."""
+    from pipelines.landing_schema import render_markdown
+
+    out.print(render_markdown(), markup=False, highlight=False, soft_wrap=True)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,1 @@
+"""Landing -> bronze -> silver: typed, validated, deduplicated, with a quarantine for bad rows."""

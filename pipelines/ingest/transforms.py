@@ -1,0 +1,181 @@
+"""Pure Spark transforms for ingestion: parse landing lines, validate, resolve local times, dedup.
+
+No session and no I/O here: every function takes DataFrames and returns DataFrames, so each can
+be tested on a tiny frame. ``pipelines.ingest.run`` does the reading and writing.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from zoneinfo import available_timezones
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipelines.landing_schema import LandingEntity, LandingField
+
+# Local wall-clock times become UTC instants by one written policy (docs/landing-schema.md):
+#  * ambiguous (the repeated hour when clocks go back) -> the EARLIER instant, i.e. the first
+#    occurrence, while daylight time is still in effect. An organizer typing "01:30" on
+#    fall-back night means the first 01:30 far more often than the second, and an early
+#    reading never makes a user arrive after the doors opened;
+#  * nonexistent (the skipped hour when clocks go forward) -> quarantined: there is no honest
+#    instant to guess, so the organizer's feed is asked to correct it.
+# Spark's to_utc_timestamp resolves overlaps to the earlier offset (java.time's default), which
+# is the policy above; gaps are detected by a round trip and rejected.
+LOCAL_TIME_POLICY = "ambiguous -> earlier instant (first occurrence); nonexistent -> quarantine"
+
+_INSTANT_RE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$"
+_LOCAL_RE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$"
+_VALID_ZONES = sorted(available_timezones())
+
+RAW_COLUMNS = ("_raw", "_source_file", "_delivered")
+_SPARK_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int": T.LongType(),
+    "double": T.DoubleType(),
+    "bool": T.BooleanType(),
+    "instant": T.TimestampType(),
+    "zone": T.StringType(),
+    "string_list": T.ArrayType(T.StringType()),
+}
+
+
+def _string_schema(entity: LandingEntity) -> T.StructType:
+    # Every field is read as its JSON text first, so a wrong type becomes a named reason
+    # instead of a silent null.
+    fields = [T.StructField(name, T.StringType()) for name in entity.field_names]
+    return T.StructType([*fields, T.StructField("_corrupt", T.StringType())])
+
+
+def _typed(f: LandingField, text: Column) -> Column:
+    """The field's value in its Spark type, or null when the text does not have that type."""
+    if f.kind == "int":
+        as_double = text.try_cast(T.DoubleType())
+        return F.when(as_double == F.floor(as_double), text.try_cast(T.LongType()))
+    if f.kind == "double":
+        return text.try_cast(T.DoubleType())
+    if f.kind == "bool":
+        return F.when(text == "true", F.lit(True)).when(text == "false", F.lit(False))
+    if f.kind == "instant":
+        return F.when(text.rlike(_INSTANT_RE), text.try_cast(T.TimestampType()))
+    if f.kind == "local_datetime":
+        return F.when(text.rlike(_LOCAL_RE), text.try_cast(T.TimestampNTZType()))
+    if f.kind == "zone":
+        return F.when(text.isin(_VALID_ZONES), text)
+    if f.kind == "string_list":
+        return F.from_json(text, T.ArrayType(T.StringType()))
+    return text
+
+
+def _field_reason(f: LandingField, text: Column, value: Column) -> Column:
+    """Why this field makes the row unusable, or null when it is fine."""
+    checks: list[tuple[Column, str]] = []
+    if f.required:
+        checks.append((text.isNull(), f"missing_required:{f.name}"))
+    problem = "unknown_zone" if f.kind == "zone" else "invalid_type"
+    checks.append((text.isNotNull() & value.isNull(), f"{problem}:{f.name}"))
+    if f.min is not None:
+        checks.append((value < F.lit(f.min), f"out_of_range:{f.name}"))
+    if f.max is not None:
+        checks.append((value > F.lit(f.max), f"out_of_range:{f.name}"))
+    if f.allowed is not None:
+        checks.append((value.isNotNull() & ~value.isin(list(f.allowed)), f"not_allowed:{f.name}"))
+    reason: Column = F.lit(None).cast(T.StringType())
+    for condition, label in reversed(checks):
+        reason = F.when(condition, F.lit(label)).otherwise(reason)
+    return reason
+
+
+def parse_landing(raw: DataFrame, entity: LandingEntity) -> DataFrame:
+    """Landing lines (``_raw``, ``_source_file``, ``_delivered``) -> typed columns + ``_reason``.
+
+    ``_reason`` is null for a usable row and otherwise names the first problem found, e.g.
+    ``unparseable_json`` or ``out_of_range:home_lat``. Local times are resolved here (see
+    ``LOCAL_TIME_POLICY``): a ``local_datetime`` field ``x_local`` becomes the UTC instant ``x_at``
+    plus ``x_was_ambiguous``, and the bare local time is dropped.
+    """
+    parsed = raw.withColumn(
+        "_json",
+        F.from_json(
+            "_raw", _string_schema(entity), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
+        ),
+    )
+    reasons: list[Column] = [
+        F.when(F.col("_json").isNull() | F.col("_json._corrupt").isNotNull(), F.lit("unparseable_json"))
+    ]
+    typed: dict[str, Column] = {}
+    for f in entity.fields:
+        text = F.col(f"_json.{f.name}")
+        typed[f.name] = _typed(f, text)
+        reasons.append(_field_reason(f, text, typed[f.name]))
+    out = parsed.select(
+        *RAW_COLUMNS,
+        *[typed[name].alias(name) for name in entity.field_names],
+        F.coalesce(*reasons).alias("_reason"),
+    )
+    for f in entity.fields:
+        if f.kind == "local_datetime":
+            out = _resolve_local_time(out, f.name)
+    return out
+
+
+def _resolve_local_time(df: DataFrame, local_col: str) -> DataFrame:
+    base = local_col.removesuffix("_local")
+    local = F.col(local_col).cast(T.TimestampType())  # wall clock read as if it were UTC
+    instant = F.to_utc_timestamp(local, F.col("timezone"))
+    round_trip = F.from_utc_timestamp(instant, F.col("timezone"))
+    # The wall clock repeats when, one hour after the chosen (earlier) instant, it reads the same.
+    later = F.from_utc_timestamp(instant + F.expr("INTERVAL 1 HOUR"), F.col("timezone"))
+    usable = F.col(local_col).isNotNull() & F.col("timezone").isNotNull()
+    return (
+        df.withColumn(f"{base}_at", F.when(usable, instant))
+        .withColumn(f"{base}_was_ambiguous", F.when(usable, later == local))
+        .withColumn(
+            "_reason",
+            F.coalesce(
+                F.col("_reason"),
+                F.when(usable & (round_trip != local), F.lit(f"nonexistent_local_time:{local_col}")),
+            ),
+        )
+        .drop(local_col)
+    )
+
+
+def record_id(entity: LandingEntity) -> Column:
+    """A stable id for one version of one record: its key plus its version instant."""
+    parts = [F.coalesce(F.col(c).cast("string"), F.lit("")) for c in (*entity.key, entity.version_field)]
+    return F.sha2(F.concat_ws("\u241f", *parts), 256)
+
+
+def split_valid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(usable rows, rows to quarantine) — every input row lands in exactly one of the two."""
+    return parsed.filter(F.col("_reason").isNull()), parsed.filter(F.col("_reason").isNotNull())
+
+
+def dedupe_versions(valid: DataFrame, entity: LandingEntity) -> DataFrame:
+    """One row per record version (a redelivered record collapses to the earliest delivery)."""
+    keyed = valid.withColumn("_record_id", record_id(entity))
+    first = Window.partitionBy("_record_id").orderBy("_delivered", "_source_file", "_raw")
+    return keyed.withColumn("_n", F.row_number().over(first)).filter("_n = 1").drop("_n")
+
+
+def latest_versions(bronze: DataFrame, entity: LandingEntity) -> DataFrame:
+    """The newest version of each key, as silver keeps it."""
+    newest = Window.partitionBy(*entity.key).orderBy(
+        F.col(entity.version_field).desc(), F.col("_record_id").desc()
+    )
+    return bronze.withColumn("_n", F.row_number().over(newest)).filter("_n = 1").drop("_n")
+
+
+def symmetric_friendships(friendships: DataFrame) -> DataFrame:
+    """Friendships are delivered once per pair; silver holds both directions for joins."""
+    flipped = friendships.select(
+        F.col("friend_id").alias("user_id"), F.col("user_id").alias("friend_id"), "created_at", "_record_id"
+    )
+    return friendships.select("user_id", "friend_id", "created_at", "_record_id").unionByName(flipped)
+
+
+def union_all(frames: list[DataFrame]) -> DataFrame:
+    return reduce(DataFrame.unionByName, frames)

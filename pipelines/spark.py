@@ -1,0 +1,57 @@
+"""The one place a Spark session is built: Delta configured, UTC session time, sized by settings."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conf import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+class DeltaJarsMissing(RuntimeError):
+    """Delta's jars are fetched by `make setup` (Maven Central); without them Spark has no Delta."""
+
+
+def delta_jars(jars_dir: str) -> list[str]:
+    """The jar files `make jars` copied from Maven Central, sorted for a stable classpath."""
+    jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
+    if not any("delta-spark" in Path(j).name for j in jars):
+        raise DeltaJarsMissing(
+            f"no delta-spark jar in {jars_dir}: run `make jars` (needs Maven and network once)"
+        )
+    return jars
+
+
+def get_spark(settings: Settings, app_name: str = "turnout") -> SparkSession:
+    """Return the process's Spark session, creating it on first call."""
+    from pyspark.sql import SparkSession
+
+    cfg = settings.spark
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(cfg.master)
+        .config("spark.jars", ",".join(delta_jars(cfg.jars_dir)))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.memory", cfg.driver_memory)
+        .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
+        .config("spark.default.parallelism", str(cfg.shuffle_partitions))
+        .config("spark.databricks.delta.snapshotPartitions", str(cfg.delta_snapshot_partitions))
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Duser.timezone=UTC -Dderby.system.home={settings.home}")
+    )
+    for key, value in cfg.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    log.info("spark session %s on %s", spark.version, cfg.master)
+    return spark

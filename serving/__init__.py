@@ -1,0 +1,1 @@
+"""turnout serving."""

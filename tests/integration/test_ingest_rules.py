@@ -1,0 +1,123 @@
+"""Ingestion on real Spark + Delta with hand-made landing rows whose fate is known exactly."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from conf import Settings
+from pipelines.ingest.run import DataContractError, build_silver, ingest_bronze
+from tests.conftest import make_settings
+from tests.integration.landing_lines import event, write_lines
+
+pytestmark = pytest.mark.integration
+
+HOUR = "2026-11-01T06"
+
+
+def _table(spark, settings: Settings, layer: str, name: str):  # type: ignore[no-untyped-def]
+    return spark.read.format("delta").load(settings.lake.table_path(layer, name))
+
+
+def test_dst_policy_quarantine_reasons_and_counts(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Most of this batch is bad on purpose; lift the delivery gate so rows are judged one by one.
+    settings = make_settings(tmp_path, INGEST__MAX_QUARANTINE_FRACTION="0.9")
+    write_lines(
+        settings.landing.root,
+        "events",
+        HOUR,
+        [
+            # 01:30 happens twice in New York that night: policy takes the first (EDT, UTC-4).
+            event("ambiguous", start_local="2026-11-01T01:30:00"),
+            event("ambiguous", start_local="2026-11-01T01:30:00"),  # redelivered: deduplicated
+            event("plain", start_local="2026-11-03T19:00:00", timezone="Europe/Berlin"),
+            # 02:30 never happens in New York on 2026-03-08: no honest instant -> quarantine.
+            event("gap", start_local="2026-03-08T02:30:00"),
+            event("wrongtype", capacity="many"),
+            event("mars", timezone="Mars/Olympus"),
+            event("range", duration_minutes=0),
+            event("enum", category="séance"),
+            event("bare", created_at="2026-10-20T12:00:00"),  # an instant without an offset
+            {k: v for k, v in event("missing").items() if k != "venue_id"},
+            '{"event_id": "truncated", "title": "cut off in the mid',
+        ],
+    )
+    report = ingest_bronze(settings, None, None, run_id="run-1")
+    counts = report["tables"]["events"]
+    assert counts == {"read": 11, "written": 2, "deduplicated": 1, "quarantined": 8}
+
+    reasons = {r["raw"][:30]: r["reason"] for r in _table(spark, settings, "quarantine", "landing").collect()}
+    assert sorted(reasons.values()) == sorted(
+        [
+            "nonexistent_local_time:start_local",
+            "invalid_type:capacity",
+            "unknown_zone:timezone",
+            "out_of_range:duration_minutes",
+            "not_allowed:category",
+            "invalid_type:created_at",
+            "missing_required:venue_id",
+            "unparseable_json",
+        ]
+    )
+    quarantined = _table(spark, settings, "quarantine", "landing").collect()
+    assert {r["run_id"] for r in quarantined} == {"run-1"}
+    assert all(r["source_file"].endswith("part-0000.jsonl") for r in quarantined)
+
+    build_silver(settings, None, None, run_id="run-1")
+    rows = {r["event_id"]: r for r in _table(spark, settings, "silver", "events").collect()}
+    assert set(rows) == {"ambiguous", "plain"}
+    assert rows["ambiguous"]["start_at"] == datetime(2026, 11, 1, 5, 30)  # UTC, session zone UTC
+    assert rows["ambiguous"]["start_was_ambiguous"] is True
+    assert rows["plain"]["start_at"] == datetime(2026, 11, 3, 18, 0)  # CET, UTC+1
+    assert rows["plain"]["start_was_ambiguous"] is False
+    # No bare local time survives past landing.
+    assert "start_local" not in _table(spark, settings, "silver", "events").columns
+
+
+def test_rerun_is_idempotent_and_latest_version_wins(spark, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    write_lines(settings.landing.root, "events", HOUR, [event("e1"), event("e2")])
+    # A correction of e1 arrives an hour later, and the old version is redelivered with it.
+    write_lines(
+        settings.landing.root,
+        "events",
+        "2026-11-01T07",
+        [event("e1", capacity=250, updated_at="2026-10-21T09:00:00Z"), event("e2")],
+    )
+    first = ingest_bronze(settings, None, None, run_id="a")["tables"]["events"]
+    assert first == {"read": 4, "written": 3, "deduplicated": 1, "quarantined": 0}
+    build_silver(settings, None, None, run_id="a")
+    again = ingest_bronze(settings, None, None, run_id="b")["tables"]["events"]
+    assert again == {"read": 4, "written": 0, "deduplicated": 4, "quarantined": 0}
+    build_silver(settings, None, None, run_id="b")
+
+    assert _table(spark, settings, "bronze", "events").count() == 3
+    silver = {r["event_id"]: r["capacity"] for r in _table(spark, settings, "silver", "events").collect()}
+    assert silver == {"e1": 250, "e2": 100}
+
+
+def test_interval_reads_only_files_delivered_in_it(spark, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    write_lines(settings.landing.root, "events", "2026-11-01T06", [event("six")])
+    write_lines(settings.landing.root, "events", "2026-11-01T07", [event("seven")])
+    start, end = datetime(2026, 11, 1, 7, tzinfo=UTC), datetime(2026, 11, 1, 8, tzinfo=UTC)
+    report = ingest_bronze(settings, start, end, run_id="hourly")
+    assert report["tables"]["events"]["read"] == 1
+    build_silver(settings, start, end, run_id="hourly")
+    assert [r["event_id"] for r in _table(spark, settings, "silver", "events").collect()] == ["seven"]
+
+
+def test_a_broken_delivery_fails_its_gate_and_writes_nothing(spark, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    write_lines(settings.landing.root, "events", HOUR, [event("ok1"), event("ok2")])
+    write_lines(
+        settings.landing.root,
+        "users",
+        HOUR,
+        ['{"user_id": "u1", "metro": ', '{"user_id": "u2", "home_lat": 999}', "not json at all"],
+    )
+    with pytest.raises(DataContractError) as err:
+        ingest_bronze(settings, None, None, run_id="broken")
+    assert "users" in str(err.value) and "_reason" in str(err.value)
+    assert "events" not in str(err.value)
+    from pathlib import Path
+
+    assert not Path(settings.lake.root).exists(), "a failed gate must not write any table"

@@ -1,0 +1,62 @@
+from pathlib import Path
+
+import pytest
+
+from conf.settings import SettingsError, load_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_local_profile_roots_all_state_under_home(tmp_path: Path) -> None:
+    s = load_settings("local", home=tmp_path, environ={})
+    assert s.profile == "local"
+    assert s.lake.root == f"{tmp_path}/lake"
+    assert s.landing.root == f"{tmp_path}/landing"
+    assert s.lake.table_path("silver", "events") == f"{tmp_path}/lake/silver/events"
+
+
+def test_two_homes_never_share_a_path(tmp_path: Path) -> None:
+    a = load_settings("local", home=tmp_path / "a", environ={})
+    b = load_settings("local", home=tmp_path / "b", environ={})
+    assert a.lake.root != b.lake.root and a.landing.root != b.landing.root
+
+
+def test_env_picks_profile_and_home_and_overrides_a_key(tmp_path: Path) -> None:
+    env = {
+        "TURNOUT_PROFILE": "cluster",
+        "TURNOUT_HOME": str(tmp_path),
+        "TURNOUT__SPARK__SHUFFLE_PARTITIONS": "16",
+    }
+    s = load_settings(environ=env)
+    assert s.profile == "cluster"
+    assert s.home == tmp_path.resolve()
+    assert s.spark.shuffle_partitions == 16
+    assert s.lake.root.startswith("s3a://")
+
+
+def test_unknown_key_is_rejected_naming_file_and_key(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings("local", home=tmp_path, environ={"TURNOUT__SPARK__MASTR": "local[1]"})
+    assert "local.yaml" in str(err.value) and "spark.mastr" in str(err.value)
+
+
+def test_bad_value_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="max_quarantine_fraction"):
+        load_settings("local", home=tmp_path, environ={"TURNOUT__INGEST__MAX_QUARANTINE_FRACTION": "2"})
+
+
+def test_unknown_profile_lists_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="cluster"):
+        load_settings("staging", home=tmp_path, environ={})
+
+
+def test_our_generic_package_names_resolve_inside_this_repository() -> None:
+    import conf
+    import features
+    import models
+    import pipelines
+    import serving
+
+    for module in (conf, features, models, pipelines, serving):
+        assert module.__file__ is not None
+        assert Path(module.__file__).resolve().is_relative_to(REPO), module.__file__
