@@ -54,12 +54,44 @@ class IngestSettings(_Strict):
     max_quarantine_fraction: float = Field(0.2, ge=0.0, le=1.0)
 
 
+class IndexSettings(_Strict):
+    """The geo-time index and the content tower's published artifacts (design: "The geo index")."""
+
+    root: str
+    h3_resolution: int = Field(5, ge=0, le=15)  # ring cells: each costs one posting-list seek
+    travel_resolution: int = Field(7, ge=0, le=15)  # travel-time cells
+    ring_k: int = Field(4, ge=1)  # k=4 guarantees 47.6 km >= the 40.23 km request radius
+    radius_km: float = Field(40.23, gt=0)
+    horizon_days: int = Field(21, ge=1)
+    max_candidates: int = Field(15_000, ge=1)
+    embedding_dim: int = Field(64, ge=2)
+
+
+class FeastSettings(_Strict):
+    """Where Feast keeps its registry and which online store it materializes to."""
+
+    project: str = "turnout"
+    registry: str
+    # Passed to feature_store.yaml as-is: {type: sqlite, path: ...} or {type: redis, connection_string: ...}
+    online_store: dict[str, str]
+    # Online rows older than this are treated as missing by serving (Feast does not filter by TTL online).
+    max_online_age_hours: int = Field(48, ge=1)
+
+
+class MlflowSettings(_Strict):
+    tracking_uri: str
+    artifact_root: str
+
+
 class Settings(_Strict):
     profile: str
     home: Path
     spark: SparkSettings
     lake: LakeSettings
     landing: LandingSettings
+    index: IndexSettings
+    feast: FeastSettings
+    mlflow: MlflowSettings
     ingest: IngestSettings = Field(default_factory=lambda: IngestSettings(max_quarantine_fraction=0.2))
 
 
