@@ -1,0 +1,1 @@
+"""Feature jobs: silver Delta tables -> gold feature tables, each row stamped with when it became known."""

@@ -1,0 +1,237 @@
+"""Gold feature jobs: read silver, call the pure transforms, MERGE the rows of one interval.
+
+``build_gold(settings, start, end, run_id)`` recomputes every gold table from silver inputs known
+before ``end`` and writes the rows whose ``event_timestamp`` falls in
+``[start - LATE_ARRIVAL_WINDOW, end)``, so data delivered late still lands in the window it
+belongs to. Writes are MERGEs on (keys, event_timestamp): a row whose values did not change keeps
+its ``created``, so re-running an interval changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from conf import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]
+LATE_ARRIVAL_WINDOW = timedelta(days=3)
+
+GOLD_KEYS: dict[str, tuple[str, ...]] = {
+    "user_features": ("user_id",),
+    "event_features": ("event_id",),
+    "event_dynamics": ("event_id",),
+    "organizer_stats": ("organizer_id",),
+    "venue_stats": ("venue_id",),
+    "series_stats": ("series_id",),
+    "market_rates": ("market_key",),
+    "social": ("user_id", "event_id"),
+}
+# When each silver row became known: inputs after the run's end are invisible to it.
+KNOWN_AT: dict[str, str] = {
+    "users": "updated_at",
+    "friendships": "created_at",
+    "venues": "created_at",
+    "events": "created_at",
+    "event_cancellations": "cancelled_at",
+    "impressions": "served_at",
+    "rsvps": "rsvp_at",
+    "attendance": "observed_at",
+    "ratings": "rated_at",
+    "capacity_snapshots": "snapshot_at",
+}
+# Public holidays by venue zone's country (days_to_nearest_holiday).
+ZONE_COUNTRY = {
+    "America/New_York": "US",
+    "America/Chicago": "US",
+    "America/Los_Angeles": "US",
+    "America/Denver": "US",
+    "Europe/London": "GB",
+    "Europe/Berlin": "DE",
+    "Europe/Paris": "FR",
+}
+
+
+def read_silver(spark: SparkSession, settings: Settings, end: datetime | None) -> dict[str, DataFrame]:
+    from pyspark.sql import functions as F
+
+    tables = {}
+    for name, known_at in KNOWN_AT.items():
+        df = spark.read.format("delta").load(settings.lake.table_path("silver", name))
+        if end is not None:
+            df = df.filter(F.col(known_at) < F.lit(end.astimezone(UTC).replace(tzinfo=None)))
+        tables[name] = df
+    return tables
+
+
+def venues_with_cells(spark: SparkSession, venues: DataFrame) -> DataFrame:
+    """Venues with their res-5 (ring) and res-7 (travel-time) H3 cells, computed with h3."""
+    import h3
+
+    pdf = venues.select("venue_id", "metro", "lat", "lng", "timezone").toPandas()
+    pdf["cell5"] = [h3.latlng_to_cell(a, b, 5) for a, b in zip(pdf["lat"], pdf["lng"], strict=True)]
+    pdf["cell7"] = [h3.latlng_to_cell(a, b, 7) for a, b in zip(pdf["lat"], pdf["lng"], strict=True)]
+    schema = (
+        "venue_id string, metro string, lat double, lng double, timezone string, cell5 string, cell7 string"
+    )
+    return spark.createDataFrame(pdf, schema=schema)
+
+
+def holiday_table(spark: SparkSession, venues: DataFrame, years: range) -> DataFrame:
+    import holidays
+
+    zones = venues.select("metro", "timezone").distinct().collect()
+    rows = []
+    for r in zones:
+        country = ZONE_COUNTRY.get(r["timezone"])
+        if country:
+            rows += [(r["metro"], day) for day in holidays.country_holidays(country, years=list(years))]
+    return spark.createDataFrame(rows, schema="metro string, day date")
+
+
+def _merge_window(
+    spark: SparkSession,
+    path: str,
+    rows: DataFrame,
+    keys: tuple[str, ...],
+    lo: datetime | None,
+    hi: datetime | None,
+) -> dict[str, int]:
+    """Make the table's rows with event_timestamp in [lo, hi) equal ``rows`` (restricted likewise)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    def in_window(prefix: str) -> str:
+        parts = []
+        if lo is not None:
+            parts.append(f"{prefix}event_timestamp >= TIMESTAMP '{lo:%Y-%m-%d %H:%M:%S}'")
+        if hi is not None:
+            parts.append(f"{prefix}event_timestamp < TIMESTAMP '{hi:%Y-%m-%d %H:%M:%S}'")
+        return " AND ".join(parts) or "true"
+
+    rows = rows.filter(in_window("")).withColumn("created", F.current_timestamp())
+    table = DeltaTable.createIfNotExists(spark).location(path).addColumns(rows.schema).execute()
+    values = [c for c in rows.columns if c not in (*keys, "event_timestamp", "created")]
+    on = " AND ".join(f"t.{k} <=> s.{k}" for k in (*keys, "event_timestamp"))
+    changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in values) or "false"
+    metrics = (
+        table.alias("t")
+        .merge(rows.alias("s"), on)
+        .whenMatchedUpdateAll(condition=changed)
+        .whenNotMatchedInsertAll()
+        .whenNotMatchedBySourceDelete(condition=in_window("t."))
+        .execute()
+        .first()
+    )
+    assert metrics is not None
+    return {
+        "inserted": int(metrics["num_inserted_rows"]),
+        "updated": int(metrics["num_updated_rows"]),
+        "deleted": int(metrics["num_deleted_rows"]),
+    }
+
+
+def compute_gold(
+    spark: SparkSession, silver: dict[str, DataFrame], end_day: str
+) -> tuple[dict[str, DataFrame], dict[str, float]]:
+    """Every gold table as a DataFrame (lazy), plus the fitted pseudocounts."""
+    from pyspark.sql import functions as F
+
+    from pipelines.features import transforms as T
+
+    first = silver["users"].agg(F.min("signup_at")).first()
+    start_day = (first[0] if first and first[0] else datetime(2000, 1, 1)).strftime("%Y-%m-%d")
+    days = T.calendar(start_day, end_day, silver["users"]).cache()
+    venues = venues_with_cells(spark, silver["venues"]).cache()
+    years = range(int(start_day[:4]) - 1, int(end_day[:4]) + 2)
+    events = silver["events"]
+    event_feats = T.event_features(events, venues, holiday_table(spark, venues, years)).cache()
+    user, m_user = T.user_features(
+        silver["users"], silver["rsvps"], silver["attendance"], events, silver["venues"], days
+    )
+    org, m_org = T.entity_outcome_stats(
+        silver["attendance"], silver["ratings"], events, "organizer_id", "org"
+    )
+    ven, m_ven = T.entity_outcome_stats(silver["attendance"], silver["ratings"], events, "venue_id", "venue")
+    market, m_market = T.market_rates(silver["impressions"], silver["rsvps"], event_feats, days)
+    gold = {
+        "user_features": user,
+        "event_features": event_feats,
+        "event_dynamics": T.event_dynamics(events, silver["rsvps"], silver["capacity_snapshots"]),
+        "organizer_stats": org,
+        "venue_stats": ven.drop("venue_event_count"),
+        "series_stats": T.series_stats(silver["attendance"], silver["ratings"], events),
+        "market_rates": market,
+        "social": T.social_counts(silver["friendships"], silver["rsvps"]),
+    }
+    return gold, {**m_user, **m_org, **m_ven, **m_market}
+
+
+def build_travel_times(spark: SparkSession, settings: Settings, silver: dict[str, DataFrame]) -> int:
+    """Rebuild gold.travel_time for every metro's populated res-7 cells; returns its row count."""
+    import h3
+    import pandas as pd
+
+    from pipelines.features.travel_time import build_travel_time
+
+    homes = silver["users"].select("metro", "home_lat", "home_lng").toPandas()
+    places = silver["venues"].select("metro", "lat", "lng").toPandas()
+    cells: dict[str, set[str]] = {}
+    for metro, lat, lng in zip(homes["metro"], homes["home_lat"], homes["home_lng"], strict=True):
+        cells.setdefault(metro, set()).add(h3.latlng_to_cell(lat, lng, settings.index.travel_resolution))
+    for metro, lat, lng in zip(places["metro"], places["lat"], places["lng"], strict=True):
+        cells.setdefault(metro, set()).add(h3.latlng_to_cell(lat, lng, settings.index.travel_resolution))
+    frames = [build_travel_time(m, sorted(c)).to_frame() for m, c in sorted(cells.items())]
+    if not frames:
+        return 0
+    pdf = pd.concat(frames, ignore_index=True)
+    (
+        spark.createDataFrame(pdf)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .save(settings.lake.table_path("gold", "travel_time"))
+    )
+    return len(pdf)
+
+
+def build_gold(
+    settings: Settings,
+    start: datetime | None,
+    end: datetime | None,
+    run_id: str,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Silver -> every gold feature table for [start, end); returns what was written per table."""
+    from pipelines.spark import get_spark
+
+    spark = get_spark(settings)
+    silver = read_silver(spark, settings, end)
+    end_day = (end or datetime.now(UTC)).strftime("%Y-%m-%d")
+    gold, fitted = compute_gold(spark, silver, end_day)
+    lo = (start - LATE_ARRIVAL_WINDOW).astimezone(UTC).replace(tzinfo=None) if start else None
+    hi = end.astimezone(UTC).replace(tzinfo=None) if end else None
+    written: dict[str, dict[str, int]] = {}
+    for i, (name, rows) in enumerate(gold.items()):
+        if progress:
+            progress(f"gold {name}", i, len(gold) + 1)
+        written[name] = _merge_window(
+            spark, settings.lake.table_path("gold", name), rows, GOLD_KEYS[name], lo, hi
+        )
+        log.info("gold.%s %s", name, written[name])
+    if progress:
+        progress("gold travel_time", len(gold), len(gold) + 1)
+    travel_rows = build_travel_times(spark, settings, silver)
+    return {
+        "run_id": run_id,
+        "tables": written,
+        "travel_time_rows": travel_rows,
+        "pseudocounts": fitted,
+    }

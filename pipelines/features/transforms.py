@@ -1,0 +1,590 @@
+"""Pure Spark transforms from silver tables to gold feature rows.
+
+Every output row carries ``event_timestamp``: the instant its value became known, i.e. the time
+of the newest input that produced it (an RSVP's ``rsvp_at``, an attendance's ``observed_at``, ...).
+Values are running aggregates over a per-entity stream ordered by that instant, so one pass
+yields the whole history a point-in-time join needs, and no row can see an input from its future.
+
+Shrinkage priors are "as of the previous UTC day" (``daily_priors``), so they leak nothing either.
+Pseudocounts are fitted once per run by empirical Bayes (``shrinkage.fit_pseudocount``) and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
+
+from pipelines.features.shrinkage import fit_pseudocount
+from pipelines.landing_schema import CATEGORIES
+
+log = logging.getLogger(__name__)
+
+EARTH_RADIUS_KM = 6371.0088
+MILE_KM = 1.609344
+# Onboarding turns "0 observations into ~5": picked categories count as this many pseudo-RSVPs.
+ONBOARDING_PSEUDO_RSVPS = 5.0
+# Travel tolerance shrinks toward the metro's typical (geometric-mean) attended distance, and
+# harder upward than downward: an over-long recommendation (a no-show, an empty seat) costs more
+# than an under-ambitious one. A cost-matrix decision, not a fitted one.
+TRAVEL_PSEUDOCOUNT_DOWN = 3.0
+TRAVEL_PSEUDOCOUNT_UP = 8.0
+# Above 90% full, fill rate mostly says "about to disappear" (design: sold-out failure mode).
+FILL_DAMP_START = 0.9
+FILL_DAMP_SLOPE = 0.25
+SERIES_HALF_LIFE_INSTANCES = 8.0
+OVERALL_FOLLOW_THROUGH = 0.62  # design: 62% of RSVPs become attendance
+METRO_PRIOR_M = 20.0
+
+
+def haversine_km(lat1: Column, lng1: Column, lat2: Column, lng2: Column) -> Column:
+    """Great-circle distance; collapses two positions into the one number a tree can split on."""
+    dlat = F.radians(lat2 - lat1)
+    dlng = F.radians(lng2 - lng1)
+    a = F.sin(dlat / 2) ** 2 + F.cos(F.radians(lat1)) * F.cos(F.radians(lat2)) * F.sin(dlng / 2) ** 2
+    return 2 * EARTH_RADIUS_KM * F.asin(F.sqrt(a))
+
+
+def local_hour_of_week(instant: Column, zone: Column) -> Column:
+    """Venue-local hour of week, Monday 00:00 = 0 .. Sunday 23:00 = 167."""
+    local = F.from_utc_timestamp(instant, zone)
+    monday_based_day = (F.dayofweek(local) + 5) % 7
+    return (monday_based_day * 24 + F.hour(local)).cast("long")
+
+
+def _stream_window(keys: Sequence[str]) -> WindowSpec:
+    # A RANGE frame includes every input at the same instant, so all rows of one instant carry
+    # the state after all of them (a ROWS frame would split ties arbitrarily).
+    return (
+        Window.partitionBy(*keys)
+        .orderBy("event_timestamp")
+        .rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _last_row_per_instant(df: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Several inputs at one instant produce one row (they all carry the same running state)."""
+    w = Window.partitionBy(*keys, "event_timestamp").orderBy(F.col("_order").desc())
+    return df.withColumn("_n", F.row_number().over(w)).filter("_n = 1").drop("_n", "_order")
+
+
+def daily_priors(
+    facts: DataFrame, group: Sequence[str], sums: dict[str, Column], days: DataFrame
+) -> DataFrame:
+    """Per group and UTC day, sums over all facts strictly before that day (a leak-free prior).
+
+    ``facts`` has ``event_timestamp``; ``days`` is a one-column (``day``) calendar to cover.
+    """
+    per_day = facts.groupBy(*group, F.to_date("event_timestamp").alias("day")).agg(
+        *[expr.alias(name) for name, expr in sums.items()]
+    )
+    groups = facts.select(*group).distinct() if group else None
+    calendar = groups.crossJoin(days) if groups is not None else days
+    dense = calendar.join(per_day, [*group, "day"], "left").fillna(0, subset=list(sums))
+    before = Window.partitionBy(*group).orderBy("day").rowsBetween(Window.unboundedPreceding, -1)
+    return dense.select(
+        *group, "day", *[F.coalesce(F.sum(name).over(before), F.lit(0.0)).alias(name) for name in sums]
+    )
+
+
+def calendar(start_day: Column | str, end_day: Column | str, spark_df: DataFrame) -> DataFrame:
+    """One row per UTC day in [start_day, end_day], built from any frame's session."""
+    return spark_df.sparkSession.range(1).select(
+        F.explode(F.sequence(F.to_date(F.lit(start_day)), F.to_date(F.lit(end_day)))).alias("day")
+    )
+
+
+def event_context(events: DataFrame, venues: DataFrame) -> DataFrame:
+    """Events with their venue's metro and position (the facts other features hang on)."""
+    v = venues.select("venue_id", "metro", F.col("lat").alias("venue_lat"), F.col("lng").alias("venue_lng"))
+    return events.join(v, "venue_id", "left")
+
+
+# --------------------------------------------------------------------------------------- users
+
+
+def user_features(
+    users: DataFrame,
+    rsvps: DataFrame,
+    attendance: DataFrame,
+    events: DataFrame,
+    venues: DataFrame,
+    days: DataFrame,
+) -> tuple[DataFrame, dict[str, float]]:
+    """gold.user_features rows and the fitted pseudocounts."""
+    ctx = event_context(events, venues).select("event_id", "category", "venue_lat", "venue_lng")
+    profile = users.select(
+        "user_id",
+        F.col("updated_at").alias("event_timestamp"),
+        F.lit(0).alias("_order"),
+        "metro",
+        "home_lat",
+        "home_lng",
+        F.coalesce(F.col("onboarding_categories"), F.array().cast("array<string>")).alias("onboarding"),
+    )
+    rsvp_rows = rsvps.join(ctx, "event_id").select(
+        "user_id", F.col("rsvp_at").alias("event_timestamp"), F.lit(1).alias("_order"), "category"
+    )
+    att_rows = attendance.join(ctx, "event_id").select(
+        "user_id",
+        F.col("observed_at").alias("event_timestamp"),
+        F.lit(2).alias("_order"),
+        F.col("attended").cast("int").alias("attended"),
+        "venue_lat",
+        "venue_lng",
+    )
+    stream = profile.unionByName(rsvp_rows, allowMissingColumns=True).unionByName(
+        att_rows, allowMissingColumns=True
+    )
+    w = _stream_window(["user_id"])
+    filled = stream.select(
+        "user_id",
+        "event_timestamp",
+        "_order",
+        *[
+            F.last(c, ignorenulls=True).over(w).alias(c)
+            for c in ("metro", "home_lat", "home_lng", "onboarding")
+        ],
+        "category",
+        "attended",
+        "venue_lat",
+        "venue_lng",
+    )
+    dist = haversine_km(F.col("home_lat"), F.col("home_lng"), F.col("venue_lat"), F.col("venue_lng"))
+    running = filled.withColumn("_att_dist", F.when(F.col("attended") == 1, dist)).select(
+        "user_id",
+        "event_timestamp",
+        "_order",
+        "metro",
+        "home_lat",
+        "home_lng",
+        "onboarding",
+        F.count("category").over(w).alias("history_depth"),
+        *[F.sum(F.when(F.col("category") == c, 1).otherwise(0)).over(w).alias(f"_n_{c}") for c in CATEGORIES],
+        F.count("attended").over(w).alias("_obs"),
+        F.coalesce(F.sum("attended").over(w), F.lit(0)).alias("attended_count"),
+        F.percentile_approx("_att_dist", 0.9).over(w).alias("_p90_km"),
+        F.count("_att_dist").over(w).alias("_n_dist"),
+    )
+    rows = _last_row_per_instant(running, ["user_id"]).filter(F.col("metro").isNotNull())
+
+    # Leak-free priors per metro: follow-through, category shares, typical attended distance.
+    att_facts = (
+        attendance.join(ctx, "event_id")
+        .join(users.select("user_id", "metro", "home_lat", "home_lng"), "user_id")
+        .select(
+            "metro",
+            F.col("observed_at").alias("event_timestamp"),
+            F.col("attended").cast("double").alias("a"),
+            F.when(
+                F.col("attended"),
+                F.log1p(
+                    haversine_km(F.col("home_lat"), F.col("home_lng"), F.col("venue_lat"), F.col("venue_lng"))
+                ),
+            ).alias("logd"),
+        )
+    )
+    att_prior = daily_priors(
+        att_facts,
+        ["metro"],
+        {
+            "p_att_k": F.sum("a"),
+            "p_att_n": F.count("a").cast("double"),
+            "p_logd": F.sum("logd"),
+            "p_logd_n": F.count("logd").cast("double"),
+        },
+        days,
+    )
+    rsvp_facts = rsvps.join(ctx, "event_id").join(users.select("user_id", "metro"), "user_id")
+    cat_prior = daily_priors(
+        rsvp_facts.withColumnRenamed("rsvp_at", "event_timestamp"),
+        ["metro"],
+        {
+            "p_total": F.count("*").cast("double"),
+            **{f"p_{c}": F.sum(F.when(F.col("category") == c, 1.0).otherwise(0.0)) for c in CATEGORIES},
+        },
+        days,
+    )
+
+    # Pseudocounts fitted by empirical Bayes on each user's latest state.
+    latest = rows.withColumn(
+        "_r", F.row_number().over(Window.partitionBy("user_id").orderBy(F.col("event_timestamp").desc()))
+    ).filter("_r = 1")
+    stats = latest.select(
+        "attended_count", "_obs", "history_depth", *[f"_n_{c}" for c in CATEGORIES]
+    ).toPandas()
+    m_att = fit_pseudocount(stats["attended_count"], stats["_obs"])
+    cat_k = stats[[f"_n_{c}" for c in CATEGORIES]].to_numpy().ravel()
+    cat_n = stats["history_depth"].to_numpy().repeat(len(CATEGORIES))
+    m_aff = fit_pseudocount(cat_k, cat_n)
+    fitted = {"user_attend_rate_m": m_att, "user_affinity_m": m_aff}
+    log.info("user features pseudocounts %s", fitted)
+
+    joined = (
+        rows.withColumn("day", F.to_date("event_timestamp"))
+        .join(att_prior, ["metro", "day"], "left")
+        .join(cat_prior, ["metro", "day"], "left")
+    )
+    # The metro prior is itself shrunk toward the design's overall funnel (62% of RSVPs attend),
+    # so a metro's first few observations cannot pin every sparse user to 0 or 1.
+    att_prior_rate = (F.coalesce("p_att_k", F.lit(0.0)) + METRO_PRIOR_M * OVERALL_FOLLOW_THROUGH) / (
+        F.coalesce("p_att_n", F.lit(0.0)) + METRO_PRIOR_M
+    )
+    typical_km = F.when(F.col("p_logd_n") > 0, F.expm1(F.col("p_logd") / F.col("p_logd_n"))).otherwise(
+        F.lit(8.0)
+    )
+    n_onb = F.size("onboarding").cast("double")
+    onb_weight = F.when(n_onb > 0, F.lit(ONBOARDING_PSEUDO_RSVPS) / n_onb).otherwise(F.lit(0.0))
+    aff_den = F.col("history_depth") + F.when(n_onb > 0, ONBOARDING_PSEUDO_RSVPS).otherwise(0.0) + m_aff
+    aff_cols = []
+    for c in CATEGORIES:
+        share = F.when(F.col("p_total") > 0, F.col(f"p_{c}") / F.col("p_total")).otherwise(
+            1.0 / len(CATEGORIES)
+        )
+        onb = F.when(F.array_contains("onboarding", c), onb_weight).otherwise(0.0)
+        aff_cols.append(((F.col(f"_n_{c}") + onb + m_aff * share) / aff_den).alias(f"aff_{c}"))
+    p90 = F.coalesce(F.col("_p90_km"), typical_km)
+    m_travel = F.when(p90 > typical_km, TRAVEL_PSEUDOCOUNT_UP).otherwise(TRAVEL_PSEUDOCOUNT_DOWN)
+    out = joined.select(
+        "user_id",
+        "event_timestamp",
+        "metro",
+        "home_lat",
+        "home_lng",
+        F.col("history_depth").cast("long"),
+        F.col("attended_count").cast("long"),
+        ((F.col("attended_count") + m_att * att_prior_rate) / (F.col("_obs") + m_att)).alias(
+            "attend_rate_shrunk"
+        ),
+        ((F.col("_n_dist") * p90 + m_travel * typical_km) / (F.col("_n_dist") + m_travel)).alias(
+            "travel_tolerance_km"
+        ),
+        F.when(n_onb > 0, 1).otherwise(0).cast("long").alias("onboarded"),
+        *aff_cols,
+    )
+    return out, fitted
+
+
+# -------------------------------------------------------------------------------------- events
+
+
+def event_features(events: DataFrame, venues_with_cells: DataFrame, holidays: DataFrame) -> DataFrame:
+    """gold.event_features: what is known about an event when it is created.
+
+    ``venues_with_cells`` has venue_id, metro, lat, lng, cell5, cell7; ``holidays`` has metro, day.
+    Attributes are taken as of the event's latest version and stamped with its creation instant:
+    corrections rewrite the row rather than adding a history.
+    """
+    v = venues_with_cells.select(
+        "venue_id",
+        "metro",
+        F.col("lat").alias("venue_lat"),
+        F.col("lng").alias("venue_lng"),
+        "cell5",
+        "cell7",
+    )
+    e = events.join(v, "venue_id", "left")
+    local_day = F.to_date(F.from_utc_timestamp("start_at", "timezone"))
+    nearest = (
+        e.select("event_id", "metro", local_day.alias("local_day"))
+        .join(holidays.withColumnRenamed("day", "holiday"), "metro", "left")
+        .groupBy("event_id")
+        .agg(F.min(F.abs(F.datediff("holiday", "local_day"))).alias("days_to_nearest_holiday"))
+    )
+    how = local_hour_of_week(F.col("start_at"), F.col("timezone"))
+    return e.join(nearest, "event_id", "left").select(
+        "event_id",
+        F.col("created_at").alias("event_timestamp"),
+        "organizer_id",
+        "venue_id",
+        "series_id",
+        "metro",
+        "category",
+        F.col("is_free").cast("long").alias("is_free"),
+        F.col("price_cents").cast("long"),
+        F.col("capacity").cast("long"),
+        F.unix_timestamp("start_at").cast("double").alias("start_ts"),
+        how.alias("hour_of_week"),
+        F.weekofyear(F.from_utc_timestamp("start_at", "timezone")).cast("long").alias("week_of_year"),
+        F.coalesce(F.col("days_to_nearest_holiday"), F.lit(365))
+        .cast("long")
+        .alias("days_to_nearest_holiday"),
+        "venue_lat",
+        "venue_lng",
+        "cell5",
+        "cell7",
+        F.concat_ws("|", "metro", "category", how.cast("string")).alias("market_key"),
+    )
+
+
+def damp_fill_rate(fill: Column) -> Column:
+    return F.when(
+        fill > FILL_DAMP_START, F.lit(FILL_DAMP_START) + (fill - FILL_DAMP_START) * FILL_DAMP_SLOPE
+    ).otherwise(fill)
+
+
+def event_dynamics(events: DataFrame, rsvps: DataFrame, snapshots: DataFrame) -> DataFrame:
+    """gold.event_dynamics: RSVP count, damped fill rate and 6-hour RSVP velocity over time.
+
+    A row at creation (all zero), at every RSVP and capacity snapshot, and 6 hours after every
+    RSVP, so a point-in-time lookup sees the velocity decay instead of a stale burst.
+    """
+    created = events.select(
+        "event_id", F.col("created_at").alias("event_timestamp"), F.lit(0).alias("_order"), "capacity"
+    )
+    rsvp = rsvps.select("event_id", F.col("rsvp_at").alias("event_timestamp"), F.lit(1).alias("_order"))
+    expiry = rsvps.select(
+        "event_id",
+        (F.col("rsvp_at") + F.expr("INTERVAL 6 HOURS")).alias("event_timestamp"),
+        F.lit(2).alias("_order"),
+    )
+    snap = snapshots.select(
+        "event_id",
+        F.col("snapshot_at").alias("event_timestamp"),
+        F.lit(3).alias("_order"),
+        F.col("seats_taken").alias("_seats"),
+        F.col("capacity").alias("_snap_capacity"),
+    )
+    stream = (
+        created.unionByName(rsvp, allowMissingColumns=True)
+        .unionByName(expiry, allowMissingColumns=True)
+        .unionByName(snap, allowMissingColumns=True)
+        .withColumn("_is_rsvp", F.when(F.col("_order") == 1, 1).otherwise(0))
+        .withColumn("_t", F.unix_timestamp("event_timestamp"))
+    )
+    w = _stream_window(["event_id"])
+    six_hours = (
+        Window.partitionBy("event_id").orderBy("_t").rangeBetween(-6 * 3600 + 1, 0)
+    )  # RSVPs in (t - 6h, t]
+    running = stream.select(
+        "event_id",
+        "event_timestamp",
+        "_order",
+        F.sum("_is_rsvp").over(w).alias("rsvp_count"),
+        F.sum("_is_rsvp").over(six_hours).alias("_rsvps_6h"),
+        F.last("_seats", ignorenulls=True).over(w).alias("_seats"),
+        F.coalesce(
+            F.last("_snap_capacity", ignorenulls=True).over(w), F.last("capacity", ignorenulls=True).over(w)
+        ).alias("_cap"),
+    )
+    taken = F.greatest(F.coalesce(F.col("_seats"), F.lit(0)), F.col("rsvp_count"))
+    return _last_row_per_instant(running, ["event_id"]).select(
+        "event_id",
+        "event_timestamp",
+        F.col("rsvp_count").cast("long"),
+        damp_fill_rate(F.least(taken / F.col("_cap"), F.lit(1.0))).alias("fill_rate"),
+        (F.col("_rsvps_6h") / 6.0).alias("rsvp_velocity_6h"),
+    )
+
+
+# ------------------------------------------------------------- persistent entities events inherit
+
+
+def _resolved_rsvps(attendance: DataFrame, ratings: DataFrame, ctx: DataFrame) -> DataFrame:
+    """One stream of outcome facts per event: attendance observations and ratings."""
+    att = attendance.join(ctx, "event_id").select(
+        "event_id",
+        "organizer_id",
+        "venue_id",
+        "series_id",
+        "start_at",
+        F.col("observed_at").alias("event_timestamp"),
+        F.lit(0).alias("_order"),
+        F.col("attended").cast("double").alias("_att"),
+    )
+    rat = ratings.join(ctx, "event_id").select(
+        "event_id",
+        "organizer_id",
+        "venue_id",
+        "series_id",
+        "start_at",
+        F.col("rated_at").alias("event_timestamp"),
+        F.lit(1).alias("_order"),
+        F.col("rating").cast("double").alias("_rating"),
+    )
+    return att.unionByName(rat, allowMissingColumns=True)
+
+
+def entity_outcome_stats(
+    attendance: DataFrame, ratings: DataFrame, events: DataFrame, key: str, prefix: str
+) -> tuple[DataFrame, dict[str, float]]:
+    """Organizer or venue stats: follow-through, no-show share, ratings — shrunk by fitted m."""
+    ctx = events.select("event_id", "organizer_id", "venue_id", "series_id", "start_at")
+    facts = _resolved_rsvps(attendance, ratings, ctx).filter(F.col(key).isNotNull())
+    w = _stream_window([key])
+    running = facts.select(
+        key,
+        "event_timestamp",
+        "_order",
+        F.count("_att").over(w).alias("_n"),
+        F.coalesce(F.sum("_att").over(w), F.lit(0.0)).alias("_k"),
+        F.count("_rating").over(w).alias("_nr"),
+        F.coalesce(F.sum("_rating").over(w), F.lit(0.0)).alias("_sr"),
+        F.size(F.collect_set(F.when(F.col("_att").isNotNull(), F.col("event_id"))).over(w)).alias("_events"),
+    )
+    rows = _last_row_per_instant(running, [key])
+    final = (
+        rows.groupBy(key)
+        .agg(F.max_by("_k", "event_timestamp").alias("k"), F.max_by("_n", "event_timestamp").alias("n"))
+        .toPandas()
+    )
+    m = fit_pseudocount(final["k"], final["n"])
+    prior = float(final["k"].sum() / max(final["n"].sum(), 1.0))
+    m_rating = 5.0  # a rating mean needs a handful of answers before it means anything
+    prior_rating = 3.5
+    rate = (F.col("_k") + m * prior) / (F.col("_n") + m)
+    out = rows.select(
+        key,
+        "event_timestamp",
+        *([F.col("_events").cast("long").alias(f"{prefix}_event_count")] if prefix == "org" else []),
+        rate.alias(f"{prefix}_attend_rate"),
+        (1.0 - rate).alias(f"{prefix}_noshow_rate"),
+        ((F.col("_sr") + m_rating * prior_rating) / (F.col("_nr") + m_rating)).alias(f"{prefix}_rating_mean"),
+        F.col("_nr").cast("long").alias(f"{prefix}_rating_count"),
+    )
+    return out, {f"{prefix}_attend_rate_m": m, f"{prefix}_attend_prior": prior}
+
+
+def series_stats(attendance: DataFrame, ratings: DataFrame, events: DataFrame) -> DataFrame:
+    """Series stats with inherited signal decayed by a half-life of ~8 instances.
+
+    Instance k of a series (ordered by start) weighs 2^((k - k_newest) / 8), so a series that
+    changed venue last month does not carry two years of old outcomes at full weight.
+    """
+    instances = events.filter(F.col("series_id").isNotNull()).withColumn(
+        "_k", F.row_number().over(Window.partitionBy("series_id").orderBy("start_at", "event_id"))
+    )
+    ctx = instances.select("event_id", "organizer_id", "venue_id", "series_id", "start_at", "_k")
+    facts = (
+        _resolved_rsvps(attendance, ratings, ctx.drop("_k"))
+        .join(ctx.select("event_id", "_k"), "event_id")
+        .withColumn("_w", F.pow(F.lit(2.0), F.col("_k") / SERIES_HALF_LIFE_INSTANCES))
+    )
+    w = _stream_window(["series_id"])
+    running = facts.select(
+        "series_id",
+        "event_timestamp",
+        "_order",
+        F.max("_k").over(w).alias("_k_newest"),
+        F.sum(F.when(F.col("_att").isNotNull(), F.col("_w"))).over(w).alias("_wn"),
+        F.sum(F.col("_att") * F.col("_w")).over(w).alias("_wk"),
+        F.sum(F.when(F.col("_rating").isNotNull(), F.col("_w"))).over(w).alias("_wr"),
+        F.sum(F.col("_rating") * F.col("_w")).over(w).alias("_wsr"),
+        F.size(F.collect_set("event_id").over(w)).alias("_instances"),
+    )
+    rows = _last_row_per_instant(running, ["series_id"])
+    scale = F.pow(F.lit(2.0), F.col("_k_newest") / SERIES_HALF_LIFE_INSTANCES)
+    n_eff = F.coalesce(F.col("_wn") / scale, F.lit(0.0))
+    k_eff = F.coalesce(F.col("_wk") / scale, F.lit(0.0))
+    nr_eff = F.coalesce(F.col("_wr") / scale, F.lit(0.0))
+    sr_eff = F.coalesce(F.col("_wsr") / scale, F.lit(0.0))
+    m, prior = 4.0, OVERALL_FOLLOW_THROUGH
+    rate = (k_eff + m * prior) / (n_eff + m)
+    return rows.select(
+        "series_id",
+        "event_timestamp",
+        F.col("_instances").cast("long").alias("series_instances"),
+        rate.alias("series_attend_rate"),
+        (1.0 - rate).alias("series_noshow_rate"),
+        ((sr_eff + 5.0 * 3.5) / (nr_eff + 5.0)).alias("series_rating_mean"),
+    )
+
+
+# ------------------------------------------------------------------------------ market rates
+
+
+def market_rates(
+    impressions: DataFrame, rsvps: DataFrame, event_feats: DataFrame, days: DataFrame
+) -> tuple[DataFrame, dict[str, float]]:
+    """gold.market_rates: RSVP rate per impression, shrunk up the hierarchy, as of each UTC day.
+
+    metro x category x hour-of-week -> metro x hour-of-week -> hour-of-week -> global, each level
+    keeping n / (n + m_level) of its own rate; m_level is fitted per level by empirical Bayes.
+    """
+    ev = event_feats.select("event_id", "metro", "category", "hour_of_week")
+    label = rsvps.select("user_id", "event_id", F.lit(1.0).alias("_rsvp")).dropDuplicates(
+        ["user_id", "event_id"]
+    )
+    imp = (
+        impressions.join(ev, "event_id")
+        .join(label, ["user_id", "event_id"], "left")
+        .select(
+            "metro",
+            "category",
+            "hour_of_week",
+            F.col("served_at").alias("event_timestamp"),
+            F.coalesce("_rsvp", F.lit(0.0)).alias("_y"),
+        )
+    )
+    sums = {"k": F.sum("_y"), "n": F.count("_y").cast("double")}
+    levels: list[tuple[str, list[str]]] = [
+        ("global", []),
+        ("how", ["hour_of_week"]),
+        ("metro_how", ["metro", "hour_of_week"]),
+        ("cell", ["metro", "category", "hour_of_week"]),
+    ]
+    fitted: dict[str, float] = {}
+    frames: dict[str, DataFrame] = {}
+    for name, group in levels:
+        groups = imp.groupBy(*group).agg(*[e.alias(k) for k, e in sums.items()]).toPandas() if group else None
+        fitted[f"market_{name}_m"] = fit_pseudocount(groups["k"], groups["n"]) if groups is not None else 0.0
+        frames[name] = daily_priors(imp, group, sums, days)
+    log.info("market rate pseudocounts %s", fitted)
+
+    g = frames["global"].select("day", F.when(F.col("n") > 0, F.col("k") / F.col("n")).alias("r_global"))
+    how = frames["how"].join(g, "day")
+    how = how.select(
+        "day",
+        "hour_of_week",
+        _shrunk("k", "n", "r_global", fitted["market_how_m"]).alias("r_how"),
+    )
+    mh = frames["metro_how"].join(how, ["day", "hour_of_week"])
+    mh = mh.select(
+        "day", "metro", "hour_of_week", _shrunk("k", "n", "r_how", fitted["market_metro_how_m"]).alias("r_mh")
+    )
+    cell = frames["cell"].join(mh, ["day", "metro", "hour_of_week"])
+    out = cell.filter((F.col("n") > 0) & F.col("r_mh").isNotNull()).select(
+        F.concat_ws("|", "metro", "category", F.col("hour_of_week").cast("string")).alias("market_key"),
+        F.to_timestamp(F.col("day")).alias("event_timestamp"),
+        _shrunk("k", "n", "r_mh", fitted["market_cell_m"]).alias("market_rsvp_rate"),
+        F.col("n").cast("long").alias("market_impressions"),
+    )
+    return out, fitted
+
+
+def _shrunk(k: str, n: str, prior: str, m: float) -> Column:
+    return (F.col(k) + F.lit(m) * F.col(prior)) / (F.col(n) + F.lit(m))
+
+
+# ------------------------------------------------------------------------------------- social
+
+
+def social_counts(friendships: DataFrame, rsvps: DataFrame) -> DataFrame:
+    """gold.social: for (user, event), how many friends had RSVPed by each instant.
+
+    A friend's RSVP counts from the later of the RSVP and the friendship: a friendship formed
+    after the RSVP still makes that friend "going" from then on, never before.
+    """
+    friend_rsvps = rsvps.select(F.col("user_id").alias("friend_id"), "event_id", "rsvp_at").dropDuplicates(
+        ["friend_id", "event_id"]
+    )
+    pairs = friend_rsvps.join(friendships.select("user_id", "friend_id", "created_at"), "friend_id").select(
+        "user_id",
+        "event_id",
+        F.greatest("rsvp_at", "created_at").alias("event_timestamp"),
+        F.lit(0).alias("_order"),
+    )
+    w = _stream_window(["user_id", "event_id"])
+    running = pairs.select(
+        "user_id", "event_id", "event_timestamp", "_order", F.count("*").over(w).alias("n")
+    )
+    rows = _last_row_per_instant(running, ["user_id", "event_id"])
+    return rows.select(
+        "user_id",
+        "event_id",
+        "event_timestamp",
+        F.col("n").cast("long").alias("friends_going"),
+        F.least(F.col("n"), F.lit(3)).cast("long").alias("friends_going_bucket"),
+    )

@@ -1,0 +1,135 @@
+"""Gold feature transforms on tiny in-memory silver frames whose answers are known by hand."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from pipelines.features import transforms as T
+
+pytestmark = pytest.mark.integration
+
+
+def ts(day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(2026, 11, day, hour, minute)
+
+
+def _as_of(rows: list, key: dict, at: datetime):  # type: ignore[no-untyped-def]
+    """What a point-in-time join returns: the newest row with event_timestamp <= at."""
+    seen = [r for r in rows if all(r[k] == v for k, v in key.items()) and r["event_timestamp"] <= at]
+    return max(seen, key=lambda r: r["event_timestamp"]) if seen else None
+
+
+def test_social_counts_friends_going_point_in_time(spark) -> None:  # type: ignore[no-untyped-def]
+    friendships = spark.createDataFrame(
+        [("u", "f1", ts(1)), ("u", "f2", ts(1)), ("u", "f3", ts(5)), ("u", "f4", ts(1))],
+        "user_id string, friend_id string, created_at timestamp",
+    )
+    rsvps = spark.createDataFrame(
+        [
+            ("f1", "e", ts(2)),
+            ("f2", "e", ts(3)),
+            ("f2", "e", ts(3, 1)),  # a second RSVP by the same friend counts once
+            ("f3", "e", ts(2)),  # friends only from day 5: counts from then, not before
+            ("f4", "other", ts(2)),
+            ("u", "e", ts(4)),  # the user's own RSVP is not a friend going
+        ],
+        "user_id string, event_id string, rsvp_at timestamp",
+    )
+    rows = T.social_counts(friendships, rsvps).collect()
+    going = {at: _as_of(rows, {"user_id": "u", "event_id": "e"}, at) for at in (ts(1), ts(2), ts(4), ts(6))}
+    assert going[ts(1)] is None
+    assert going[ts(2)]["friends_going"] == 1
+    assert going[ts(4)]["friends_going"] == 2
+    assert going[ts(6)]["friends_going"] == 3 and going[ts(6)]["friends_going_bucket"] == 3
+    assert _as_of(rows, {"user_id": "u", "event_id": "other"}, ts(6))["friends_going"] == 1
+
+
+def test_event_dynamics_velocity_decays_and_fill_is_damped(spark) -> None:  # type: ignore[no-untyped-def]
+    events = spark.createDataFrame([("e", ts(1), 10)], "event_id string, created_at timestamp, capacity long")
+    rsvps = spark.createDataFrame(
+        [("e", ts(2, 10)), ("e", ts(2, 11)), ("e", ts(2, 11)), ("e", ts(3, 9))],
+        "event_id string, rsvp_at timestamp",
+    )
+    snapshots = spark.createDataFrame(
+        [("e", 10, 10, ts(3, 12))], "event_id string, seats_taken long, capacity long, snapshot_at timestamp"
+    )
+    rows = T.event_dynamics(events, rsvps, snapshots).collect()
+    key = {"event_id": "e"}
+    assert _as_of(rows, key, ts(1, 1))["rsvp_count"] == 0
+    at_11 = _as_of(rows, key, ts(2, 11, 30))
+    assert at_11["rsvp_count"] == 3 and at_11["rsvp_velocity_6h"] == pytest.approx(3 / 6)
+    # 6 hours after the burst the velocity is back to zero although no new RSVP came.
+    assert _as_of(rows, key, ts(2, 18))["rsvp_velocity_6h"] == 0.0
+    assert _as_of(rows, key, ts(3, 10))["fill_rate"] == pytest.approx(0.4)
+    # Sold out (10/10): damped above 0.9 -> 0.9 + 0.1 * 0.25.
+    assert _as_of(rows, key, ts(3, 13))["fill_rate"] == pytest.approx(0.925)
+
+
+def test_user_features_see_only_their_past(spark) -> None:  # type: ignore[no-untyped-def]
+    users = spark.createDataFrame(
+        [("u", "nyc", 40.70, -74.00, ts(1), ["music"])],
+        "user_id string, metro string, home_lat double, home_lng double, updated_at timestamp, "
+        "onboarding_categories array<string>",
+    ).withColumn("signup_at", T.F.col("updated_at"))
+    others = spark.createDataFrame(
+        [(f"x{i}", "nyc", 40.7, -74.0, ts(1), []) for i in range(5)],
+        "user_id string, metro string, home_lat double, home_lng double, updated_at timestamp, "
+        "onboarding_categories array<string>",
+    ).withColumn("signup_at", T.F.col("updated_at"))
+    venues = spark.createDataFrame(
+        [("v_near", "nyc", 40.71, -74.00), ("v_far", "nyc", 40.95, -74.00)],
+        "venue_id string, metro string, lat double, lng double",
+    )
+    events = spark.createDataFrame(
+        [("e1", "v_near", "arts"), ("e2", "v_far", "arts"), ("e3", "v_near", "tech")],
+        "event_id string, venue_id string, category string",
+    )
+    rsvps = spark.createDataFrame(
+        [("u", "e1", ts(2)), ("u", "e2", ts(3)), ("u", "e3", ts(4)), ("x1", "e3", ts(2))],
+        "user_id string, event_id string, rsvp_at timestamp",
+    )
+    attendance = spark.createDataFrame(
+        [("u", "e1", True, ts(10)), ("u", "e2", False, ts(11))],
+        "user_id string, event_id string, attended boolean, observed_at timestamp",
+    )
+    days = T.calendar("2026-11-01", "2026-11-30", users)
+    rows, fitted = T.user_features(users.unionByName(others), rsvps, attendance, events, venues, days)
+    rows = rows.collect()
+    key = {"user_id": "u"}
+    assert _as_of(rows, key, ts(2, 12))["history_depth"] == 1
+    day3 = _as_of(rows, key, ts(3, 12))
+    assert day3["history_depth"] == 2 and day3["attended_count"] == 0
+    day10 = _as_of(rows, key, ts(10, 12))
+    assert day10["attended_count"] == 1 and day10["onboarded"] == 1
+    # Shrunk: one observed attendance out of one does not make a 100% follow-through.
+    assert 0.0 < day10["attend_rate_shrunk"] < 1.0
+    # The no-show observed on day 11 is invisible on day 10 and visible after.
+    assert _as_of(rows, key, ts(10, 23))["attend_rate_shrunk"] == day10["attend_rate_shrunk"]
+    assert _as_of(rows, key, ts(11, 12))["attend_rate_shrunk"] != day10["attend_rate_shrunk"]
+    # Arts was RSVPed twice, tech once, music only picked at onboarding: the order follows.
+    assert day3["aff_arts"] > day3["aff_tech"] > day3["aff_comedy"]
+    assert day3["aff_music"] > day3["aff_comedy"]
+    assert set(fitted) == {"user_attend_rate_m", "user_affinity_m"}
+    # Travel tolerance: one attended event ~1.1 km away, shrunk toward the metro's typical distance.
+    assert 0.5 < day10["travel_tolerance_km"] < 10
+
+
+def test_series_signal_decays_with_instances(spark) -> None:  # type: ignore[no-untyped-def]
+    # 16 old instances that everyone attended, then 8 recent ones nobody attended.
+    events = spark.createDataFrame(
+        [(f"e{k:02d}", "o", "v", "s", datetime(2026, 1, 1 + k)) for k in range(24)],
+        "event_id string, organizer_id string, venue_id string, series_id string, start_at timestamp",
+    )
+    attendance = spark.createDataFrame(
+        [("u", f"e{k:02d}", k < 16, datetime(2026, 2, 1 + k)) for k in range(24)],
+        "user_id string, event_id string, attended boolean, observed_at timestamp",
+    )
+    ratings = spark.createDataFrame([], "user_id string, event_id string, rating long, rated_at timestamp")
+    rows = T.series_stats(attendance, ratings, events).collect()
+    latest = max(rows, key=lambda r: r["event_timestamp"])
+    undecayed = 16 / 24
+    # Half-life 8: the 8 recent misses outweigh 16 old hits once weighted.
+    assert latest["series_attend_rate"] < undecayed - 0.1
+    assert latest["series_instances"] == 24
