@@ -86,6 +86,7 @@ def simulate(
     users: Annotated[int, typer.Option(help="Number of users.")] = 3000,
     days: Annotated[int, typer.Option(help="Days of platform history.")] = 28,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed writes the same files.")] = 7,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing landing zone.")] = False,
     as_json: JsonFlag = False,
     profile: Profile = None,
 ) -> None:
@@ -98,14 +99,18 @@ def simulate(
     landing = Path(settings.landing.root)
     t0 = time.perf_counter()
     with _progress("simulate") as progress:
-        summary = run_simulation(config, landing, settings.home / "simulator", progress=progress)
+        summary = run_simulation(
+            config, landing, settings.home / "simulator", progress=progress, overwrite=overwrite
+        )
     data = summary.to_dict()
     table = Table(title=f"landing files written to {landing} in {time.perf_counter() - t0:.1f}s")
-    table.add_column("entity")
-    table.add_column("records", justify="right")
-    table.add_column("lines written", justify="right")
-    for name, entity in data["entities"].items():
-        table.add_row(name, str(entity["records"]), str(entity["lines_written"]))
+    for col in ("entity", "records", "lines written", "duplicates", "late", "malformed"):
+        table.add_column(col, justify="left" if col == "entity" else "right")
+    for name, e in data["entities"].items():
+        table.add_row(
+            name,
+            *(str(e[k]) for k in ("generated", "lines_written", "duplicates", "late", "malformed_total")),
+        )
     err.print(table)
     _emit(data, as_json)
 

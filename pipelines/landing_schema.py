@@ -15,7 +15,7 @@ Field kinds:
   (``2026-11-01T05:30:00Z``). Bare local times are never instants.
 * ``local_datetime``: a wall-clock time without offset (``2026-11-01T01:30:00``), only ever
   next to the IANA zone it is in (``timezone``). Ingestion turns it into an instant by the
-  written policy in ``pipelines.ingest.transforms.LOCAL_TIME_POLICY``.
+  written policy ``LOCAL_TIME_POLICY`` below.
 * ``zone``: an IANA zone id (``America/New_York``).
 * ``string_list``: a JSON array of strings.
 """
@@ -49,6 +49,18 @@ SURFACES: tuple[str, ...] = ("home_feed", "near_you_this_weekend")
 EXPLORATION_KINDS: tuple[str, ...] = ("random", "cold_organizer")
 ATTENDANCE_SOURCES: tuple[str, ...] = ("ticket_scan", "geofence")
 RECURRENCES: tuple[str, ...] = ("weekly", "biweekly", "monthly")
+
+# How a venue-local wall-clock time becomes a UTC instant (applied by ingestion):
+LOCAL_TIME_POLICY = (
+    "A `local_datetime` that occurs twice (the repeated hour when clocks go back) resolves to the "
+    "EARLIER instant, the first occurrence, while daylight time is still in effect: an organizer "
+    "typing 01:30 on fall-back night means the first 01:30 far more often than the second, and an "
+    "early reading never makes a user arrive after the doors opened. Silver records "
+    "`<field>_was_ambiguous` so the choice stays visible. A `local_datetime` that never occurs (the "
+    "skipped hour when clocks go forward) is quarantined as `nonexistent_local_time:<field>`: there "
+    "is no honest instant to guess. The bare local time is dropped after resolution; only the UTC "
+    "instant and the zone are stored."
+)
 
 
 @dataclass(frozen=True)
@@ -274,6 +286,10 @@ def render_markdown() -> str:
         "Generated from `pipelines/landing_schema.py` (`turnout schema > docs/landing-schema.md`).",
         "",
         (__doc__ or "").strip(),
+        "",
+        "## Local time policy",
+        "",
+        LOCAL_TIME_POLICY,
         "",
     ]
     for e in ENTITIES.values():

@@ -15,16 +15,10 @@ from pyspark.sql import types as T
 
 from pipelines.landing_schema import LandingEntity, LandingField
 
-# Local wall-clock times become UTC instants by one written policy (docs/landing-schema.md):
-#  * ambiguous (the repeated hour when clocks go back) -> the EARLIER instant, i.e. the first
-#    occurrence, while daylight time is still in effect. An organizer typing "01:30" on
-#    fall-back night means the first 01:30 far more often than the second, and an early
-#    reading never makes a user arrive after the doors opened;
-#  * nonexistent (the skipped hour when clocks go forward) -> quarantined: there is no honest
-#    instant to guess, so the organizer's feed is asked to correct it.
-# Spark's to_utc_timestamp resolves overlaps to the earlier offset (java.time's default), which
-# is the policy above; gaps are detected by a round trip and rejected.
-LOCAL_TIME_POLICY = "ambiguous -> earlier instant (first occurrence); nonexistent -> quarantine"
+# Local wall-clock times become UTC instants by LOCAL_TIME_POLICY (pipelines.landing_schema):
+# ambiguous -> the earlier instant; nonexistent -> quarantine. Spark's to_utc_timestamp resolves
+# overlaps to the earlier offset (java.time's default), which is that policy; gaps are detected
+# by a round trip and rejected.
 
 _INSTANT_RE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$"
 _LOCAL_RE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$"

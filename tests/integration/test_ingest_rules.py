@@ -121,3 +121,49 @@ def test_a_broken_delivery_fails_its_gate_and_writes_nothing(spark, settings: Se
     from pathlib import Path
 
     assert not Path(settings.lake.root).exists(), "a failed gate must not write any table"
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_run_killed_midway_and_rerun_leaves_no_duplicates(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def deliver(settings: Settings) -> None:
+        write_lines(
+            settings.landing.root,
+            "users",
+            HOUR,
+            [
+                {
+                    "user_id": f"u{i}",
+                    "metro": "nyc",
+                    "home_lat": 40.7,
+                    "home_lng": -74.0,
+                    "signup_at": "2026-10-01T00:00:00Z",
+                    "updated_at": "2026-10-01T00:00:00Z",
+                }
+                for i in range(20)
+            ],
+        )
+        write_lines(settings.landing.root, "events", HOUR, [event(f"e{i}") for i in range(30)])
+
+    killed, clean = make_settings(tmp_path / "killed"), make_settings(tmp_path / "clean")
+    deliver(killed)
+    deliver(clean)
+
+    def die_before_events(label: str, done: int, total: int) -> None:
+        if label == "write events":
+            raise Killed(label)
+
+    with pytest.raises(Killed):
+        ingest_bronze(killed, None, None, run_id="first", progress=die_before_events)
+    assert _table(spark, killed, "bronze", "users").count() == 20  # users made it, events did not
+    rerun = ingest_bronze(killed, None, None, run_id="second")["tables"]
+    assert rerun["users"] == {"read": 20, "written": 0, "deduplicated": 20, "quarantined": 0}
+    assert rerun["events"] == {"read": 30, "written": 30, "deduplicated": 0, "quarantined": 0}
+    ingest_bronze(clean, None, None, run_id="clean")
+    for name in ("users", "events"):
+        got = _table(spark, killed, "bronze", name)
+        assert got.count() == got.select("_record_id").distinct().count()
+        want = {r["_record_id"] for r in _table(spark, clean, "bronze", name).collect()}
+        assert {r["_record_id"] for r in got.collect()} == want
