@@ -1,0 +1,122 @@
+"""Wiring that turnout's DAG files share: schedule, task defaults, failure policy, assets.
+
+Airflow runs this module on every parse of every DAG file that imports it, so it imports the
+Airflow task SDK and the standard library only: no ``pipelines``, ``conf``, Spark or pandas.
+DAG files import it as ``_common`` because Airflow puts the root of the dags bundle on
+``sys.path`` when it parses a file or runs a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, NamedTuple
+
+from airflow.sdk import Asset, CronDataIntervalTimetable, get_current_context
+from airflow.sdk.exceptions import AirflowFailException
+
+# A fixed past instant, never ``now()``: a moving start_date changes the DAG on every parse.
+# With catchup=False only the latest complete interval runs when a DAG is switched on.
+START_DATE: Final = datetime(2026, 1, 1, tzinfo=UTC)
+
+# One silver Delta table per landing entity. Kept here as literals because a DAG file may not
+# import ``pipelines`` at parse time; tests/dags checks it against pipelines.ingest.run.
+SILVER_TABLES: Final[tuple[str, ...]] = (
+    "users",
+    "friendships",
+    "organizers",
+    "venues",
+    "series",
+    "events",
+    "event_cancellations",
+    "impressions",
+    "rsvps",
+    "attendance",
+    "ratings",
+    "capacity_snapshots",
+)
+
+
+def hourly_utc() -> CronDataIntervalTimetable:
+    """Hourly runs over the data interval [HH:00, HH+1:00) UTC.
+
+    Airflow 3 turns a bare cron string into a trigger timetable whose runs have
+    ``data_interval_start == data_interval_end`` (``[scheduler] create_cron_data_intervals``
+    defaults to False), and a job keyed on that interval would read an empty window. Asking
+    for the data-interval timetable explicitly makes each run cover the hour that just ended.
+    """
+    return CronDataIntervalTimetable("0 * * * *", timezone="UTC")
+
+
+def default_args(**overrides: Any) -> dict[str, Any]:
+    """Task defaults for every turnout DAG; a fresh dict per call so no DAG mutates another's."""
+    args: dict[str, Any] = {
+        "owner": "turnout",
+        # Transient faults (a Spark executor lost, a storage hiccup) usually clear within minutes;
+        # contract failures skip retries entirely (see ``fail_without_retry``).
+        "retries": 2,
+        "retry_delay": timedelta(minutes=5),
+    }
+    args.update(overrides)
+    return args
+
+
+def silver_asset(table: str) -> Asset:
+    """The asset a DAG lists in ``outlets`` or ``schedule`` for ``silver.<table>``.
+
+    Airflow identifies an asset by name *and* URI, so every DAG must build it here: a consumer
+    that spelled the name differently would wait for an asset nothing ever updates.
+    """
+    if table not in SILVER_TABLES:
+        raise ValueError(f"unknown silver table {table!r}; known: {SILVER_TABLES}")
+    return Asset(name=f"silver.{table}", uri=f"turnout://silver/{table}", group="silver")
+
+
+SILVER_ASSETS: Final[tuple[Asset, ...]] = tuple(silver_asset(t) for t in SILVER_TABLES)
+
+
+@contextmanager
+def fail_without_retry(*errors: type[BaseException]) -> Generator[None, None, None]:
+    """Turn ``errors`` raised in the block into ``AirflowFailException``: fail now, never retry.
+
+    For failures a retry cannot fix (a delivery that breaks its data contract breaks it the
+    same way on every try); retrying them only delays the alert and re-reads the batch. Any
+    other exception propagates unchanged and is retried as the task's ``retries`` allow.
+    """
+    if not errors:
+        raise TypeError("fail_without_retry needs at least one exception class")
+    try:
+        yield
+    except errors as err:
+        raise AirflowFailException(f"{type(err).__name__}: {err}") from err
+
+
+class RunWindow(NamedTuple):
+    """What an interval-keyed job needs from its run: [start, end) in UTC and the run id."""
+
+    start: datetime
+    end: datetime
+    run_id: str
+
+
+def current_window() -> RunWindow:
+    """The running task's data interval and run id; a no-retry failure if the interval is unusable.
+
+    A run without a logical date has no interval, and a plain cron schedule gives an empty one;
+    either would make an interval-keyed job silently process nothing (or everything).
+    Call it inside a task body only: it reads the task's runtime context.
+    """
+    context = get_current_context()
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        raise AirflowFailException(
+            "this run has no data interval: trigger it with a logical date, e.g. "
+            "`airflow dags trigger <dag> --logical-date 2026-01-01T01:00:00Z`"
+        )
+    if not start < end:
+        raise AirflowFailException(
+            f"empty data interval [{start.isoformat()}, {end.isoformat()}): "
+            "the DAG needs an interval timetable such as _common.hourly_utc()"
+        )
+    return RunWindow(start=start, end=end, run_id=context["run_id"])
