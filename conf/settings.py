@@ -52,6 +52,9 @@ class IngestSettings(_Strict):
     # Above this share of quarantined rows in one table and interval, the batch is treated as a
     # broken delivery and the run fails instead of publishing a mostly-empty table.
     max_quarantine_fraction: float = Field(0.2, ge=0.0, le=1.0)
+    # ... unless it is only a handful of rows: one bad line in a five-line hourly delivery of
+    # venues is a bad line, not a broken export.
+    min_quarantined_to_fail: int = Field(10, ge=0)
 
 
 class IndexSettings(_Strict):
@@ -92,7 +95,9 @@ class Settings(_Strict):
     index: IndexSettings
     feast: FeastSettings
     mlflow: MlflowSettings
-    ingest: IngestSettings = Field(default_factory=lambda: IngestSettings(max_quarantine_fraction=0.2))
+    ingest: IngestSettings = Field(
+        default_factory=lambda: IngestSettings(max_quarantine_fraction=0.2, min_quarantined_to_fail=10)
+    )
 
 
 class SettingsError(ValueError):

@@ -67,7 +67,7 @@ def _stream_window(keys: Sequence[str]) -> WindowSpec:
 def _last_row_per_instant(df: DataFrame, keys: Sequence[str]) -> DataFrame:
     """Several inputs at one instant produce one row (they all carry the same running state)."""
     w = Window.partitionBy(*keys, "event_timestamp").orderBy(F.col("_order").desc())
-    return df.withColumn("_n", F.row_number().over(w)).filter("_n = 1").drop("_n", "_order")
+    return df.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn", "_order")
 
 
 def daily_priors(
@@ -286,7 +286,7 @@ def event_features(events: DataFrame, venues_with_cells: DataFrame, holidays: Da
         "cell7",
     )
     e = events.join(v, "venue_id", "left")
-    local_day = F.to_date(F.from_utc_timestamp("start_at", "timezone"))
+    local_day = F.to_date(F.from_utc_timestamp("start_at", F.col("timezone")))
     nearest = (
         e.select("event_id", "metro", local_day.alias("local_day"))
         .join(holidays.withColumnRenamed("day", "holiday"), "metro", "left")
@@ -307,7 +307,7 @@ def event_features(events: DataFrame, venues_with_cells: DataFrame, holidays: Da
         F.col("capacity").cast("long"),
         F.unix_timestamp("start_at").cast("double").alias("start_ts"),
         how.alias("hour_of_week"),
-        F.weekofyear(F.from_utc_timestamp("start_at", "timezone")).cast("long").alias("week_of_year"),
+        F.weekofyear(F.from_utc_timestamp("start_at", F.col("timezone"))).cast("long").alias("week_of_year"),
         F.coalesce(F.col("days_to_nearest_holiday"), F.lit(365))
         .cast("long")
         .alias("days_to_nearest_holiday"),

@@ -33,12 +33,19 @@ class GateResult:
         return f"{self.table}: " + "; ".join(self.failures)
 
 
-def build_suite(entity: LandingEntity, max_bad_fraction: float) -> Any:
+def allowed_bad_share(rows: int, max_bad_fraction: float, min_bad_rows: int) -> float:
+    """The share of unusable rows a batch of ``rows`` may carry before the delivery is rejected."""
+    if rows <= 0:
+        return 1.0
+    return min(1.0, max(max_bad_fraction, min_bad_rows / rows))
+
+
+def build_suite(entity: LandingEntity, max_bad_share: float) -> Any:
     """The batch-level expectation suite for one landing entity."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
-    mostly = 1.0 - max_bad_fraction
+    mostly = 1.0 - max_bad_share
     suite = gx.ExpectationSuite(name=f"landing_{entity.name}")
     suite.add_expectation(gxe.ExpectColumnValuesToBeNull(column="_reason", mostly=mostly))
     for name in entity.key:
@@ -46,7 +53,7 @@ def build_suite(entity: LandingEntity, max_bad_fraction: float) -> Any:
     return suite
 
 
-def validate_batch(parsed: DataFrame, entity: LandingEntity, max_bad_fraction: float) -> GateResult:
+def validate_batch(parsed: DataFrame, entity: LandingEntity, max_bad_share: float) -> GateResult:
     """Run the entity's suite on a parsed batch (before the quarantine split)."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -57,7 +64,7 @@ def validate_batch(parsed: DataFrame, entity: LandingEntity, max_bad_fraction: f
     batch_definition = source.add_dataframe_asset(name=entity.name).add_batch_definition_whole_dataframe(
         "batch"
     )
-    suite = context.suites.add(build_suite(entity, max_bad_fraction))
+    suite = context.suites.add(build_suite(entity, max_bad_share))
     result = batch_definition.get_batch(batch_parameters={"dataframe": parsed}).validate(suite)
     failures = []
     for r in result.results:

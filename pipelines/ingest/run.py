@@ -145,7 +145,7 @@ def ingest_bronze(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from pipelines.ingest.expectations import validate_batch
+    from pipelines.ingest.expectations import allowed_bad_share, validate_batch
     from pipelines.ingest.transforms import dedupe_versions, parse_landing, split_valid
     from pipelines.spark import get_spark
 
@@ -154,7 +154,7 @@ def ingest_bronze(
     names = list(entities or ENTITIES)
     report = IngestReport(run_id=run_id, start=start_key, end=end_key)
 
-    batches: dict[str, DataFrame] = {}
+    batches: dict[str, tuple[DataFrame, int]] = {}
     failures: list[str] = []
     for i, name in enumerate(names):
         if progress:
@@ -163,15 +163,18 @@ def ingest_bronze(
         if raw is None:
             continue
         parsed = parse_landing(raw, ENTITIES[name]).persist(StorageLevel.MEMORY_AND_DISK)
-        if parsed.isEmpty():
+        rows = parsed.count()
+        if rows == 0:
             parsed.unpersist()
             continue
-        gate = validate_batch(parsed, ENTITIES[name], settings.ingest.max_quarantine_fraction)
+        cfg = settings.ingest
+        share = allowed_bad_share(rows, cfg.max_quarantine_fraction, cfg.min_quarantined_to_fail)
+        gate = validate_batch(parsed, ENTITIES[name], share)
         if not gate.success:
             failures.append(gate.report())
-        batches[name] = parsed
+        batches[name] = (parsed, rows)
     if failures:
-        for df in batches.values():
+        for df, _ in batches.values():
             df.unpersist()
         raise DataContractError(
             f"ingest {start_key}..{end_key}: {len(failures)} landing batch(es) failed their gate, "
@@ -179,21 +182,21 @@ def ingest_bronze(
         )
 
     quarantine_path = settings.lake.table_path(*QUARANTINE_TABLE)
-    for i, (name, parsed) in enumerate(batches.items()):
+    for i, (name, (parsed, rows)) in enumerate(batches.items()):
         if progress:
             progress(f"write {name}", i, len(batches))
         entity = ENTITIES[name]
         valid, bad = split_valid(parsed)
-        counts = TableCounts(read=parsed.count(), quarantined=bad.count())
+        counts = TableCounts(read=rows, quarantined=bad.count())
         if counts.quarantined:
             _merge_insert_only(spark, quarantine_path, _quarantine_rows(bad, name, run_id), "_quarantine_id")
-        rows = (
+        versions = (
             dedupe_versions(valid, entity)
             .drop("_raw", "_reason")
             .withColumns({"_run_id": F.lit(run_id), "_ingested_at": F.current_timestamp()})
         )
         counts.written = _merge_insert_only(
-            spark, settings.lake.table_path("bronze", name), rows, "_record_id"
+            spark, settings.lake.table_path("bronze", name), versions, "_record_id"
         )
         counts.deduplicated = counts.read - counts.quarantined - counts.written
         parsed.unpersist()

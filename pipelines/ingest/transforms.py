@@ -25,51 +25,54 @@ _LOCAL_RE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$"
 _VALID_ZONES = sorted(available_timezones())
 
 RAW_COLUMNS = ("_raw", "_source_file", "_delivered")
-_SPARK_TYPES: dict[str, T.DataType] = {
-    "string": T.StringType(),
-    "int": T.LongType(),
-    "double": T.DoubleType(),
-    "bool": T.BooleanType(),
-    "instant": T.TimestampType(),
-    "zone": T.StringType(),
-    "string_list": T.ArrayType(T.StringType()),
+
+# The JSON type each field kind must arrive as, read from the parsed VARIANT's own type name, so
+# a number sent as a string ("40.7") or a string sent as a number is caught, not coerced.
+_INTEGRAL = r"^(BIGINT|INT|SMALLINT|TINYINT|DECIMAL\(\d+,0\))$"
+_NUMERIC = r"^(BIGINT|INT|SMALLINT|TINYINT|DOUBLE|FLOAT|DECIMAL\(\d+,\d+\))$"
+_SPARK_TYPE = {
+    "string": "string",
+    "instant": "string",
+    "local_datetime": "string",
+    "zone": "string",
+    "int": "bigint",
+    "double": "double",
+    "bool": "boolean",
+    "string_list": "array<string>",
 }
 
 
-def _string_schema(entity: LandingEntity) -> T.StructType:
-    # Every field is read as its JSON text first, so a wrong type becomes a named reason
-    # instead of a silent null.
-    fields = [T.StructField(name, T.StringType()) for name in entity.field_names]
-    return T.StructType([*fields, T.StructField("_corrupt", T.StringType())])
+def _json_type_ok(kind: str, json_type: Column) -> Column:
+    if kind == "int":
+        return json_type.rlike(_INTEGRAL)
+    if kind == "double":
+        return json_type.rlike(_NUMERIC)
+    if kind == "bool":
+        return json_type == "BOOLEAN"
+    if kind == "string_list":
+        return json_type.isin("ARRAY<STRING>", "ARRAY<VOID>")
+    return json_type == "STRING"
 
 
-def _typed(f: LandingField, text: Column) -> Column:
-    """The field's value in its Spark type, or null when the text does not have that type."""
-    if f.kind == "int":
-        as_double = text.try_cast(T.DoubleType())
-        return F.when(as_double == F.floor(as_double), text.try_cast(T.LongType()))
-    if f.kind == "double":
-        return text.try_cast(T.DoubleType())
-    if f.kind == "bool":
-        return F.when(text == "true", F.lit(True)).when(text == "false", F.lit(False))
+def _typed(f: LandingField, raw_value: Column) -> Column:
+    """The field's value in its Spark type, or null when its text does not fit the kind."""
     if f.kind == "instant":
-        return F.when(text.rlike(_INSTANT_RE), text.try_cast(T.TimestampType()))
+        return F.when(raw_value.rlike(_INSTANT_RE), raw_value.try_cast(T.TimestampType()))
     if f.kind == "local_datetime":
-        return F.when(text.rlike(_LOCAL_RE), text.try_cast(T.TimestampNTZType()))
+        return F.when(raw_value.rlike(_LOCAL_RE), raw_value.try_cast(T.TimestampNTZType()))
     if f.kind == "zone":
-        return F.when(text.isin(_VALID_ZONES), text)
-    if f.kind == "string_list":
-        return F.from_json(text, T.ArrayType(T.StringType()))
-    return text
+        return F.when(raw_value.isin(_VALID_ZONES), raw_value)
+    return raw_value
 
 
-def _field_reason(f: LandingField, text: Column, value: Column) -> Column:
+def _field_reason(f: LandingField, missing: Column, type_ok: Column, value: Column) -> Column:
     """Why this field makes the row unusable, or null when it is fine."""
     checks: list[tuple[Column, str]] = []
     if f.required:
-        checks.append((text.isNull(), f"missing_required:{f.name}"))
+        checks.append((missing, f"missing_required:{f.name}"))
+    checks.append((~missing & ~type_ok, f"invalid_type:{f.name}"))
     problem = "unknown_zone" if f.kind == "zone" else "invalid_type"
-    checks.append((text.isNotNull() & value.isNull(), f"{problem}:{f.name}"))
+    checks.append((~missing & value.isNull(), f"{problem}:{f.name}"))
     if f.min is not None:
         checks.append((value < F.lit(f.min), f"out_of_range:{f.name}"))
     if f.max is not None:
@@ -90,20 +93,18 @@ def parse_landing(raw: DataFrame, entity: LandingEntity) -> DataFrame:
     ``LOCAL_TIME_POLICY``): a ``local_datetime`` field ``x_local`` becomes the UTC instant ``x_at``
     plus ``x_was_ambiguous``, and the bare local time is dropped.
     """
-    parsed = raw.withColumn(
-        "_json",
-        F.from_json(
-            "_raw", _string_schema(entity), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
-        ),
-    )
-    reasons: list[Column] = [
-        F.when(F.col("_json").isNull() | F.col("_json._corrupt").isNotNull(), F.lit("unparseable_json"))
-    ]
+    parsed = raw.withColumn("_v", F.expr("try_parse_json(_raw)"))
+    root = F.schema_of_variant("_v")
+    reasons: list[Column] = [F.when(root.isNull() | ~root.startswith("OBJECT"), F.lit("unparseable_json"))]
     typed: dict[str, Column] = {}
     for f in entity.fields:
-        text = F.col(f"_json.{f.name}")
-        typed[f.name] = _typed(f, text)
-        reasons.append(_field_reason(f, text, typed[f.name]))
+        path = f"$.{f.name}"
+        json_type = F.schema_of_variant(F.variant_get("_v", path, "variant"))
+        missing = json_type.isNull() | (json_type == "VOID")
+        type_ok = _json_type_ok(f.kind, json_type)
+        raw_value = F.when(type_ok, F.try_variant_get("_v", path, _SPARK_TYPE[f.kind]))
+        typed[f.name] = _typed(f, raw_value)
+        reasons.append(_field_reason(f, missing, type_ok, typed[f.name]))
     out = parsed.select(
         *RAW_COLUMNS,
         *[typed[name].alias(name) for name in entity.field_names],

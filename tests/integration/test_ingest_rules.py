@@ -112,7 +112,22 @@ def test_a_broken_delivery_fails_its_gate_and_writes_nothing(spark, settings: Se
         settings.landing.root,
         "users",
         HOUR,
-        ['{"user_id": "u1", "metro": ', '{"user_id": "u2", "home_lat": 999}', "not json at all"],
+        # 18 of 30 lines unusable: far past both the 20% share and the 10-row floor.
+        [
+            *(['{"user_id": "u1", "metro": '] * 9),
+            *(['{"user_id": "u2", "home_lat": 999}'] * 9),
+            *(
+                {
+                    "user_id": f"ok{i}",
+                    "metro": "nyc",
+                    "home_lat": 40.7,
+                    "home_lng": -74.0,
+                    "signup_at": "2026-10-01T00:00:00Z",
+                    "updated_at": "2026-10-01T00:00:00Z",
+                }
+                for i in range(12)
+            ),
+        ],
     )
     with pytest.raises(DataContractError) as err:
         ingest_bronze(settings, None, None, run_id="broken")
