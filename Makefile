@@ -32,9 +32,10 @@ jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, 
 lock: ## Re-resolve requirements.lock from pyproject.toml.
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
 
-demo: setup ## Simulate a platform history and ingest it on embedded defaults.
-	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7
+demo: setup ## Simulate a platform history, ingest it and build the gold features (embedded defaults).
+	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7 --overwrite
 	$(BIN)/turnout ingest
+	$(BIN)/turnout features
 
 lint: setup ## ruff.
 	$(BIN)/ruff check .
