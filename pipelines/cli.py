@@ -28,7 +28,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-err = Console(stderr=True)
+# Files and CI logs get a wide console so the summary tables are not cut at 80 columns.
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 130)
 out = Console()
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON summary as the last line.")]
