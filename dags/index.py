@@ -1,0 +1,84 @@
+"""The hourly ``index`` DAG: embed new events -> build the geo-time index -> validate and publish.
+
+Wiring only; the work is in ``pipelines.index.run``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from _common import START_DATE, current_window, default_args, fail_without_retry, hourly_utc
+from airflow.sdk import Asset, dag, task
+
+# TODO(lead): move these next to ``silver_asset`` in _common so every consumer spells them alike.
+EVENT_EMBEDDINGS = Asset(name="gold.event_embeddings", uri="turnout://gold/event_embeddings", group="gold")
+GEO_INDEX = Asset(name="index.geo", uri="turnout://index/geo", group="index")
+
+
+@dag(
+    dag_id="index",
+    schedule=hourly_utc(),
+    start_date=START_DATE,
+    catchup=False,
+    # Versions are numbered in build order and published one at a time: one run at a time.
+    max_active_runs=1,
+    default_args=default_args(execution_timeout=timedelta(minutes=45)),
+    tags=["turnout", "index", "embeddings", "geo"],
+)
+def index() -> None:
+    """
+    ### Index: content embeddings and the geo-time index, one UTC hour per run
+
+    `now` is the end of the run's data interval: every step sees the platform as it was then.
+
+    1. **embed**: `pipelines.index.run.embed_new_events` gives every event without an up-to-date
+       vector under the published content tower its 64 numbers, MERGEd into
+       `gold.event_embeddings` on (event_id, tower_version). Skipped until a tower exists
+       (the weekly `content_tower` DAG trains it).
+    2. **build**: `build_index_version` reads the live events (created, not cancelled, not
+       started) from silver, buckets them by H3 res-5 cell sorted by start, and stages version
+       N+1 beside the live N. Nothing is published.
+    3. **publish**: `publish_index_version` checks N+1 (every live event exactly once, no past
+       events, size within 50% of N, every event embedded under the recorded tower version,
+       that tower still the published one) and switches the pointer in one atomic replace.
+
+    **Failures.** A failed check (`IndexValidationError`, `TowerVersionMismatch`) fails the run
+    at once, without retries, and leaves N serving; the next hour builds afresh. Roll back
+    with `pipelines.index.run.rollback_index`. Anything else is retried twice.
+
+    **Ordering.** The run for hour H starts at H+1:00 and reads silver as it is then; events the
+    `ingest` run for the same hour has not merged yet are picked up an hour later.
+    """
+
+    @task(multiple_outputs=False, outlets=[EVENT_EMBEDDINGS])
+    def embed() -> dict[str, Any]:
+        # Imported here, not at module level: torch and Spark load only when a task runs.
+        from conf import load_settings
+        from pipelines.index.run import embed_new_events
+
+        return embed_new_events(load_settings(), now=current_window().end)
+
+    @task(multiple_outputs=False)
+    def build() -> dict[str, Any]:
+        from conf import load_settings
+        from pipelines.index.run import IndexValidationError, build_index_version
+
+        with fail_without_retry(IndexValidationError):
+            return build_index_version(load_settings(), now=current_window().end)
+
+    @task(multiple_outputs=False, outlets=[GEO_INDEX])
+    def publish(built: dict[str, Any]) -> dict[str, Any]:
+        from conf import load_settings
+        from pipelines.index.run import IndexValidationError, TowerVersionMismatch, publish_index_version
+
+        with fail_without_retry(IndexValidationError, TowerVersionMismatch):
+            return publish_index_version(load_settings(), built["version"], now=current_window().end)
+
+    built = build()
+    embed() >> built
+    # TaskFlow hands ``publish`` the build's XCom (the staged version) at run time.
+    publish(built)  # type: ignore[arg-type]
+
+
+index()
