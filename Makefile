@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 UV_VERSION := 0.13.8
 TURNOUT_HOME ?= $(CURDIR)/.turnout
+# The demo's history runs 2026-10-12 .. 2026-11-09; the index is built as of its last day.
+DEMO_NOW ?= 2026-11-09T00:00Z
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
@@ -32,10 +34,12 @@ jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, 
 lock: ## Re-resolve requirements.lock from pyproject.toml.
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
 
-demo: setup ## Simulate a platform history, ingest it and build the gold features (embedded defaults).
+demo: setup ## Simulate a history, ingest it, build gold features, train the tower, publish the index.
 	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7 --overwrite
 	$(BIN)/turnout ingest
 	$(BIN)/turnout features
+	$(BIN)/turnout tower --now $(DEMO_NOW)
+	$(BIN)/turnout index --now $(DEMO_NOW)
 
 lint: setup ## ruff.
 	$(BIN)/ruff check .

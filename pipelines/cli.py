@@ -183,6 +183,55 @@ def features(
     _emit(report, as_json)
 
 
+Now = Annotated[
+    str | None,
+    typer.Option("--now", help="The instant to act as of, UTC (e.g. 2026-11-09T00:00Z); default: now."),
+]
+
+
+@app.command()
+def tower(now: Now = None, as_json: JsonFlag = False, profile: Profile = None) -> None:
+    """Retrain the content tower on co-RSVP pairs known at --now; publish it if it passes its gate."""
+    from pipelines.index.run import train_content_tower
+
+    settings = _settings(profile)
+    report = train_content_tower(settings, _parse_instant(now) or datetime.now(UTC))
+    err.print(f"content tower: {report['status']} (version {report.get('version')})")
+    _emit(report, as_json)
+
+
+@app.command()
+def index(
+    now: Now = None,
+    rollback: Annotated[
+        bool, typer.Option(help="Point the live index back at the previous version.")
+    ] = False,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Embed new events, build the H3 geo-time index beside the live one, validate, publish atomically."""
+    from pipelines.index.publish import PublicationError
+    from pipelines.index.run import build_and_publish_index, embed_new_events, rollback_index
+
+    settings = _settings(profile)
+    try:
+        if rollback:
+            report = rollback_index(settings)
+            err.print(f"index rolled back from {report['from']} to {report['to']}")
+        else:
+            at = _parse_instant(now) or datetime.now(UTC)
+            report = {"embed": embed_new_events(settings, at), **build_and_publish_index(settings, at)}
+            built, published = report["build"], report["publish"]
+            err.print(
+                f"index {built.get('version')}: {built.get('events')} live events in {built.get('cells')} cells; "
+                f"published: {published['published']} (previous {published['previous']})"
+            )
+    except PublicationError as e:
+        err.print(f"[red]not published[/red]: {e}")
+        raise typer.Exit(2) from e
+    _emit(report, as_json)
+
+
 @app.command()
 def schema() -> None:
     """Print the landing schema as Markdown (the source of docs/landing-schema.md)."""
