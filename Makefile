@@ -38,6 +38,7 @@ demo: setup ## Simulate a history, ingest it, build gold features, train the tow
 	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7 --overwrite
 	$(BIN)/turnout ingest
 	$(BIN)/turnout features
+	$(BIN)/turnout materialize
 	$(BIN)/turnout tower --now $(DEMO_NOW)
 	$(BIN)/turnout index --now $(DEMO_NOW)
 

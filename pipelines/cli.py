@@ -165,14 +165,24 @@ def features(
     as_json: JsonFlag = False,
     profile: Profile = None,
 ) -> None:
-    """Silver -> gold feature tables (each row stamped with when its value became known)."""
+    """Silver -> gold feature tables, validated, then `feast apply` when the definitions changed."""
     from pipelines.features.jobs import build_gold
+    from pipelines.features.store import apply_definitions, write_feature_store_yaml
+    from pipelines.features.validation import validate_gold
+    from pipelines.ingest.run import DataContractError
 
     settings = _settings(profile)
     run_id = run_id or _new_run_id()
     t_start, t_end = _parse_instant(start), _parse_instant(end) or datetime.now(UTC)
     with _progress("features") as progress:
         report = build_gold(settings, t_start, t_end, run_id, progress=progress)
+    try:
+        report["validation"] = validate_gold(settings, t_end)
+    except DataContractError as e:
+        err.print(f"[red]gold tables failed validation; nothing applied[/red]: {e}")
+        raise typer.Exit(2) from e
+    report["apply"] = apply_definitions(settings)
+    report["feature_store_yaml"] = str(write_feature_store_yaml(settings))
     table = Table(title=f"gold feature tables, run {run_id}")
     for col in ("table", "inserted", "updated", "deleted"):
         table.add_column(col, justify="left" if col == "table" else "right")
@@ -180,6 +190,39 @@ def features(
         table.add_row(name, str(c["inserted"]), str(c["updated"]), str(c["deleted"]))
     err.print(table)
     err.print("fitted pseudocounts: " + ", ".join(f"{k}={v:.1f}" for k, v in report["pseudocounts"].items()))
+    applied = report["apply"]
+    err.print(
+        f"validation passed for {len(report['validation']['tables'])} gold tables; feast apply: "
+        + (
+            "applied " + ", ".join(applied["added"] + applied["changed"])
+            if applied["applied"]
+            else "unchanged"
+        )
+    )
+    _emit(report, as_json)
+
+
+@app.command()
+def materialize(
+    end: Annotated[
+        str | None, typer.Option(help="Materialize up to this instant, UTC; default: now.")
+    ] = None,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Incrementally materialize every feature view to the online store, never moving backwards."""
+    from pipelines.features.store import materialize as run_materialize
+
+    settings = _settings(profile)
+    report = run_materialize(settings, _parse_instant(end) or datetime.now(UTC))
+    table = Table(title=f"materialized to {settings.feast.online_store.get('type')} up to {report['end']}")
+    for col in ("view", "status", "from", "to", "rows", "rows/s"):
+        table.add_column(col, justify="left" if col in ("view", "status", "from", "to") else "right")
+    for name, v in report["views"].items():
+        table.add_row(
+            name, v["status"], str(v["start"]), str(v["end"]), str(v["rows"]), f"{v['rows_per_s'] or 0:,.0f}"
+        )
+    err.print(table)
     _emit(report, as_json)
 
 

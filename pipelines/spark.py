@@ -28,30 +28,37 @@ def delta_jars(jars_dir: str) -> list[str]:
     return jars
 
 
+def spark_conf(settings: Settings) -> dict[str, str]:
+    """Every Spark setting turnout relies on, as one dict: the session below, and Feast's Spark
+    offline store (``feature_store.yaml`` ``spark_conf``) if it ever has to start a session itself."""
+    cfg = settings.spark
+    conf = {
+        "spark.master": cfg.master,
+        "spark.jars": ",".join(delta_jars(cfg.jars_dir)),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.memory": cfg.driver_memory,
+        "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+        "spark.default.parallelism": str(cfg.shuffle_partitions),
+        "spark.databricks.delta.snapshotPartitions": str(cfg.delta_snapshot_partitions),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.warehouse.dir": str(settings.home / "spark-warehouse"),
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dderby.system.home={settings.home}",
+    }
+    conf.update(cfg.conf)
+    return conf
+
+
 def get_spark(settings: Settings, app_name: str = "turnout") -> SparkSession:
     """Return the process's Spark session, creating it on first call."""
     from pyspark.sql import SparkSession
 
-    cfg = settings.spark
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(cfg.master)
-        .config("spark.jars", ",".join(delta_jars(cfg.jars_dir)))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
-        .config("spark.driver.memory", cfg.driver_memory)
-        .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
-        .config("spark.default.parallelism", str(cfg.shuffle_partitions))
-        .config("spark.databricks.delta.snapshotPartitions", str(cfg.delta_snapshot_partitions))
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Duser.timezone=UTC -Dderby.system.home={settings.home}")
-    )
-    for key, value in cfg.conf.items():
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in spark_conf(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    log.info("spark session %s on %s", spark.version, cfg.master)
+    log.info("spark session %s on %s", spark.version, settings.spark.master)
     return spark

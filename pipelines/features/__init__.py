@@ -1,1 +1,2 @@
-"""Feature jobs: silver Delta tables -> gold feature tables, each row stamped with when it became known."""
+"""Feature stage: gold feature tables (``jobs``/``transforms``), their data contract
+(``validation``), and Feast apply/materialize (``store``)."""

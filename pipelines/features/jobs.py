@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from conf import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +103,10 @@ def _merge_window(
     keys: tuple[str, ...],
     lo: datetime | None,
     hi: datetime | None,
+    created: Column,
 ) -> dict[str, int]:
     """Make the table's rows with event_timestamp in [lo, hi) equal ``rows`` (restricted likewise)."""
     from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
 
     def in_window(prefix: str) -> str:
         parts = []
@@ -116,7 +116,7 @@ def _merge_window(
             parts.append(f"{prefix}event_timestamp < TIMESTAMP '{hi:%Y-%m-%d %H:%M:%S}'")
         return " AND ".join(parts) or "true"
 
-    rows = rows.filter(in_window("")).withColumn("created", F.current_timestamp())
+    rows = rows.filter(in_window("")).withColumn("created", created)
     table = DeltaTable.createIfNotExists(spark).location(path).addColumns(rows.schema).execute()
     values = [c for c in rows.columns if c not in (*keys, "event_timestamp", "created")]
     on = " AND ".join(f"t.{k} <=> s.{k}" for k in (*keys, "event_timestamp"))
@@ -202,6 +202,22 @@ def build_travel_times(spark: SparkSession, settings: Settings, silver: dict[str
     return len(pdf)
 
 
+def created_stamp(start: datetime | None, end: datetime | None) -> Column:
+    """When a row counts as written: never the wall clock, so re-runs write identical rows.
+
+    An interval run writes at its end. A backfill (no start) reconstructs what the hourly runs
+    would have written, so each row is stamped at the end of the hour its value became known;
+    a point-in-time join that hides rows created after the label instant then sees the history
+    as it would have been served, instead of nothing.
+    """
+    from pyspark.sql import functions as F
+
+    if start is not None and end is not None:
+        return F.lit(end.astimezone(UTC).replace(tzinfo=None)).cast("timestamp")
+    hour_end = F.date_trunc("hour", F.col("event_timestamp")) + F.expr("INTERVAL 1 HOUR")
+    return hour_end if end is None else F.least(hour_end, F.lit(end.astimezone(UTC).replace(tzinfo=None)))
+
+
 def build_gold(
     settings: Settings,
     start: datetime | None,
@@ -223,7 +239,13 @@ def build_gold(
         if progress:
             progress(f"gold {name}", i, len(gold) + 1)
         written[name] = _merge_window(
-            spark, settings.lake.table_path("gold", name), rows, GOLD_KEYS[name], lo, hi
+            spark,
+            settings.lake.table_path("gold", name),
+            rows,
+            GOLD_KEYS[name],
+            lo,
+            hi,
+            created_stamp(start, end),
         )
         log.info("gold.%s %s", name, written[name])
     if progress:

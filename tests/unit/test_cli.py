@@ -6,7 +6,9 @@ from pipelines.cli import app
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("command", [[], ["simulate"], ["ingest"], ["features"], ["tower"], ["index"], ["schema"]])
+@pytest.mark.parametrize(
+    "command", [[], ["simulate"], ["ingest"], ["features"], ["materialize"], ["tower"], ["index"], ["schema"]]
+)
 def test_every_command_has_help(command: list[str]) -> None:
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output

@@ -1,0 +1,138 @@
+"""The ``features`` DAG: silver -> gold feature tables -> validation -> Feast apply -> online store.
+Wiring only; the work is in pipelines.features.
+
+Not named ``features.py``: Airflow puts this folder on ``sys.path``, where a module ``features``
+would shadow (or be shadowed by) the Feast repository package, and mypy refuses the pair.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from _common import SILVER_ASSETS, START_DATE, current_window, default_args, fail_without_retry
+from airflow.sdk import AssetAny, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+
+
+def resolve_window(context: Any) -> dict[str, str]:
+    """The interval this run rebuilds, as ISO strings: ``{"start", "end", "run_id"}``.
+
+    1. Triggered by silver updates: the union of the data intervals of the ingest runs that
+       produced them (an asset-triggered run has no data interval of its own).
+    2. Triggered by hand with ``{"start": ISO, "end": ISO}`` in the run conf: that window
+       (backfills, tests).
+    3. Otherwise the run's own data interval, failing without retry when it is empty.
+    """
+    starts: list[datetime] = []
+    ends: list[datetime] = []
+    for events in (context.get("triggering_asset_events") or {}).values():
+        for event in events:
+            run = event.source_dag_run
+            if run is not None and run.data_interval_start and run.data_interval_end:
+                starts.append(run.data_interval_start)
+                ends.append(run.data_interval_end)
+    run_id = str(context["run_id"])
+    if starts:
+        return {"start": min(starts).isoformat(), "end": max(ends).isoformat(), "run_id": run_id}
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    if "start" in conf or "end" in conf:
+        try:
+            start, end = datetime.fromisoformat(conf["start"]), datetime.fromisoformat(conf["end"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise AirflowFailException(
+                f"run conf needs ISO 'start' and 'end' with a UTC offset: {err}"
+            ) from err
+        if start.tzinfo is None or end.tzinfo is None or not start < end:
+            raise AirflowFailException(
+                f"run conf window [{conf['start']}, {conf['end']}) is not an aware interval"
+            )
+        return {"start": start.isoformat(), "end": end.isoformat(), "run_id": run_id}
+    window = current_window()
+    return {"start": window.start.isoformat(), "end": window.end.isoformat(), "run_id": window.run_id}
+
+
+@dag(
+    dag_id="features",
+    # Ingestion updates every silver table it touched; an update of any of them rebuilds gold.
+    schedule=AssetAny(*SILVER_ASSETS),
+    start_date=START_DATE,
+    catchup=False,
+    # MERGEs into the same gold Delta tables and advances one online store: one run at a time.
+    max_active_runs=1,
+    default_args=default_args(execution_timeout=timedelta(minutes=45)),
+    tags=["turnout", "features", "gold", "feast"],
+)
+def features() -> None:
+    """
+    ### Features: silver -> gold -> Feast, after every silver update (hourly, behind ingest)
+
+    Runs when ingestion updates any `silver.*` asset, over the union of the intervals those
+    ingest runs covered (or, triggered by hand, over `{"start": ISO, "end": ISO}` from the run conf).
+
+    1. **build_gold**: `pipelines.features.jobs.build_gold` recomputes the gold feature tables
+       and MERGEs the rows of the window (plus the late-arrival lookback) into `gold.<table>`.
+    2. **validate_gold**: `pipelines.features.validation.validate_gold` runs a great-expectations
+       suite per gold table (schema, nulls, ranges, `created >= event_timestamp`, freshness) as of
+       the window's end. A broken table fails the run here, before anything reaches serving.
+    3. **apply_definitions**: `pipelines.features.store.apply_definitions` runs `feast apply` only
+       when the hash of `features/` differs from the registry's.
+    4. **materialize**: `pipelines.features.store.materialize` writes each feature view's new
+       window to the online store; it never writes a window ending before the last one.
+
+    **Failures.** A data-contract failure (`DataContractError`) fails without retries: fix the job
+    or the data, then clear the task. Anything else is retried twice. Every step is idempotent.
+    """
+
+    @task(multiple_outputs=False)
+    def run_window() -> dict[str, str]:
+        return resolve_window(get_current_context())
+
+    @task(multiple_outputs=False)
+    def build_gold(window: dict[str, str]) -> dict[str, Any]:
+        # Imported here, not at module level: a DAG file is parsed every few seconds.
+        from conf import load_settings
+        from pipelines.features.jobs import build_gold
+        from pipelines.ingest.run import DataContractError
+
+        with fail_without_retry(DataContractError):
+            return build_gold(
+                load_settings(),
+                start=datetime.fromisoformat(window["start"]),
+                end=datetime.fromisoformat(window["end"]),
+                run_id=window["run_id"],
+            )
+
+    @task(multiple_outputs=False)
+    def validate_gold(window: dict[str, str]) -> dict[str, Any]:
+        from conf import load_settings
+        from pipelines.features.validation import validate_gold
+        from pipelines.ingest.run import DataContractError
+
+        with fail_without_retry(DataContractError):
+            return validate_gold(load_settings(), end=datetime.fromisoformat(window["end"]))
+
+    @task(multiple_outputs=False)
+    def apply_definitions() -> dict[str, Any]:
+        from conf import load_settings
+        from pipelines.features.store import apply_definitions
+
+        return apply_definitions(load_settings())
+
+    @task(multiple_outputs=False)
+    def materialize(window: dict[str, str]) -> dict[str, Any]:
+        from conf import load_settings
+        from pipelines.features.store import materialize
+
+        return materialize(load_settings(), end=datetime.fromisoformat(window["end"]))
+
+    # An XComArg at parse time, the dict at run time.
+    window: Any = run_window()
+    gold = build_gold(window)
+    validated = validate_gold(window)
+    definitions = apply_definitions()
+    online = materialize(window)
+    gold >> validated >> definitions >> online
+
+
+features()

@@ -1,0 +1,332 @@
+"""great-expectations suites on every gold table: the data contract checked before materialization.
+
+A gold table is judged as of the run's ``end`` (rows with ``event_timestamp <= end``, so a
+re-run of an old interval is judged on what that interval could see):
+
+* **schema**: the columns and Spark types ``features/`` declares for its view, plus the two stamps;
+* **nulls**: keys, stamps and every feature except the few that are legitimately absent;
+* **ranges and sets**: rates in [0, 1], counts >= 0, coordinates on Earth, categories from the
+  landing contract, hour-of-week in 0..167, the embedding's dimension;
+* **point-in-time stamps**: ``created >= event_timestamp`` (a value cannot be written before it is
+  known; a row that is, leaks the future into training), one row per key and instant;
+* **freshness**: the newest ``event_timestamp`` is within the table's ``max_age`` of ``end``.
+
+Column names and types come from the feature views, so the contract and the Feast repository
+cannot drift apart; the rules below only add what a schema cannot say.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from conf import Settings
+
+if TYPE_CHECKING:
+    from feast import FeatureView
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+EVENT_TIMESTAMP = "event_timestamp"
+CREATED = "created"
+_SPARK_TYPES = {
+    "String": "StringType",
+    "Float64": "DoubleType",
+    "Int64": "LongType",
+    "Array(Float32)": "ArrayType",
+}
+# Columns validated through a derived column (GE has no array-length expectation for Spark).
+_EMBEDDING_DIM_COLUMN = "_embedding_dim"
+
+Range = tuple[float | None, float | None]
+# Written by another stage (the index DAG's content tower), which may not have run yet. Every other
+# gold table is the feature jobs' own output: if one is missing, the jobs broke their contract.
+OPTIONAL_TABLES = frozenset({"event_embeddings"})
+
+
+@dataclass(frozen=True)
+class TableContract:
+    """What a gold table promises beyond its schema."""
+
+    table: str
+    # A stalled job shows as a table whose newest row is older than this at the run's end.
+    max_age: timedelta
+    ranges: dict[str, Range] = field(default_factory=dict)
+    allowed: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    nullable: frozenset[str] = frozenset()
+    # (a, b): a >= b on every row.
+    at_least: tuple[tuple[str, str], ...] = ()
+    regex: dict[str, str] = field(default_factory=dict)
+
+
+_RATE: Range = (0.0, 1.0)
+_COUNT: Range = (0, None)
+_RATING: Range = (1.0, 5.0)
+_LAT: Range = (-90.0, 90.0)
+_LNG: Range = (-180.0, 180.0)
+
+
+def contracts(embedding_dim: int) -> dict[str, TableContract]:
+    """Every gold table's contract; ``embedding_dim`` is the content tower's (settings.index)."""
+    from features.views import AFFINITY_FEATURES, CATEGORIES
+
+    return {
+        c.table: c
+        for c in (
+            TableContract(
+                "user_features",
+                max_age=timedelta(days=2),
+                ranges={
+                    "home_lat": _LAT,
+                    "home_lng": _LNG,
+                    "history_depth": _COUNT,
+                    "attended_count": _COUNT,
+                    "attend_rate_shrunk": _RATE,
+                    "travel_tolerance_km": (0.0, 500.0),
+                    **{a: _RATE for a in AFFINITY_FEATURES},
+                },
+                allowed={"onboarded": (0, 1)},
+                at_least=(("history_depth", "attended_count"),),
+            ),
+            TableContract(
+                "event_features",
+                max_age=timedelta(days=2),
+                ranges={
+                    "price_cents": (0, 10_000_000),
+                    "capacity": (1, 1_000_000),
+                    "start_ts": (0.0, None),
+                    "hour_of_week": (0, 167),
+                    "week_of_year": (1, 53),
+                    "days_to_nearest_holiday": (0, 366),
+                    "venue_lat": _LAT,
+                    "venue_lng": _LNG,
+                },
+                allowed={"is_free": (0, 1), "category": CATEGORIES},
+                nullable=frozenset({"series_id"}),
+                regex={"market_key": r"^[^|]+\|[^|]+\|[0-9]{1,3}$"},
+            ),
+            TableContract(
+                "event_dynamics",
+                max_age=timedelta(days=2),
+                ranges={"rsvp_count": _COUNT, "fill_rate": _RATE, "rsvp_velocity_6h": (0.0, None)},
+            ),
+            TableContract(
+                "organizer_stats",
+                max_age=timedelta(days=14),
+                ranges={
+                    "org_event_count": _COUNT,
+                    "org_attend_rate": _RATE,
+                    "org_noshow_rate": _RATE,
+                    "org_rating_mean": _RATING,
+                    "org_rating_count": _COUNT,
+                },
+            ),
+            TableContract(
+                "venue_stats",
+                max_age=timedelta(days=14),
+                ranges={
+                    "venue_attend_rate": _RATE,
+                    "venue_noshow_rate": _RATE,
+                    "venue_rating_mean": _RATING,
+                    "venue_rating_count": _COUNT,
+                },
+            ),
+            TableContract(
+                "series_stats",
+                max_age=timedelta(days=30),
+                ranges={
+                    "series_instances": (1, None),
+                    "series_attend_rate": _RATE,
+                    "series_noshow_rate": _RATE,
+                    "series_rating_mean": _RATING,
+                },
+            ),
+            TableContract(
+                "market_rates",
+                max_age=timedelta(days=2),
+                ranges={"market_rsvp_rate": _RATE, "market_impressions": _COUNT},
+                regex={"market_key": r"^[^|]+\|[^|]+\|[0-9]{1,3}$"},
+            ),
+            TableContract(
+                "social",
+                max_age=timedelta(days=2),
+                ranges={"friends_going": _COUNT},
+                allowed={"friends_going_bucket": (0, 1, 2, 3)},
+                at_least=(("friends_going", "friends_going_bucket"),),
+            ),
+            TableContract(
+                "event_embeddings",
+                max_age=timedelta(days=2),
+                ranges={_EMBEDDING_DIM_COLUMN: (embedding_dim, embedding_dim)},
+            ),
+        )
+    }
+
+
+@dataclass(frozen=True)
+class TableResult:
+    table: str
+    success: bool
+    rows: int
+    failures: list[str]
+
+    def report(self) -> str:
+        if self.success:
+            return f"gold.{self.table}: {self.rows} rows, all expectations met"
+        return f"gold.{self.table}: {self.rows} rows, " + "; ".join(self.failures)
+
+
+def _naive_utc(t: datetime) -> datetime:
+    # Spark hands timestamps to Python as naive datetimes in the session zone (UTC, pipelines.spark).
+    return t.astimezone(UTC).replace(tzinfo=None)
+
+
+def build_suite(view: FeatureView, contract: TableContract, end: datetime) -> Any:
+    """The expectation suite for one gold table, judged as of ``end``."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    keys = [c.name for c in view.entity_columns]
+    features = {f.name: str(f.dtype) for f in view.features}
+    columns = {**{k: "String" for k in keys}, **features}
+
+    suite = gx.ExpectationSuite(name=f"gold_{contract.table}")
+    add = suite.add_expectation
+    add(gxe.ExpectTableColumnsToMatchSet(column_set=[*columns, EVENT_TIMESTAMP, CREATED], exact_match=False))
+    for name, dtype in columns.items():
+        add(gxe.ExpectColumnValuesToBeOfType(column=name, type_=_SPARK_TYPES[dtype]))
+    for stamp in (EVENT_TIMESTAMP, CREATED):
+        add(gxe.ExpectColumnValuesToBeOfType(column=stamp, type_="TimestampType"))
+    for name in [*keys, *features, EVENT_TIMESTAMP, CREATED]:
+        if name not in contract.nullable:
+            add(gxe.ExpectColumnValuesToNotBeNull(column=name))
+    for name, (low, high) in contract.ranges.items():
+        add(gxe.ExpectColumnValuesToBeBetween(column=name, min_value=low, max_value=high))
+    for name, values in contract.allowed.items():
+        add(gxe.ExpectColumnValuesToBeInSet(column=name, value_set=list(values)))
+    for name, pattern in contract.regex.items():
+        add(gxe.ExpectColumnValuesToMatchRegex(column=name, regex=pattern))
+    for a, b in contract.at_least:
+        add(gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=a, column_B=b, or_equal=True))
+    add(
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=CREATED, column_B=EVENT_TIMESTAMP, or_equal=True)
+    )
+    add(gxe.ExpectCompoundColumnsToBeUnique(column_list=[*keys, EVENT_TIMESTAMP]))
+    add(
+        gxe.ExpectColumnMaxToBeBetween(
+            column=EVENT_TIMESTAMP,
+            min_value=_naive_utc(end - contract.max_age),
+            max_value=_naive_utc(end),
+        )
+    )
+    return suite
+
+
+def _describe(result: Any) -> str:
+    cfg = result.expectation_config
+    kind = cfg.type if cfg is not None else "?"
+    kwargs = cfg.kwargs if cfg is not None else {}
+    target = (
+        kwargs.get("column")
+        or kwargs.get("column_list")
+        or (f"{kwargs['column_A']}>={kwargs['column_B']}" if "column_A" in kwargs else "table")
+    )
+    if result.exception_info and result.exception_info.get("raised_exception"):
+        return f"{kind}({target}) could not run: {result.exception_info.get('exception_message')}"
+    details = result.result or {}
+    if "observed_value" in details:
+        bounds = {k: kwargs[k] for k in ("min_value", "max_value", "column_set", "type_") if k in kwargs}
+        return f"{kind}({target}) failed: observed {details['observed_value']!r}, expected {bounds}"
+    count, pct = details.get("unexpected_count"), details.get("unexpected_percent")
+    sample = details.get("partial_unexpected_list") or []
+    if count is not None and pct is not None:
+        return f"{kind}({target}) failed: {count} rows ({pct:.1f}%) unexpected, e.g. {sample[:3]}"
+    return f"{kind}({target}) failed"
+
+
+def _table_exists(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def _frame(spark: SparkSession, path: str, end: datetime) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    frame = spark.read.format("delta").load(path).where(F.col(EVENT_TIMESTAMP) <= F.lit(_naive_utc(end)))
+    if "embedding" in frame.columns:
+        frame = frame.withColumn(_EMBEDDING_DIM_COLUMN, F.size("embedding"))
+    return frame
+
+
+def validate_gold(settings: Settings, end: datetime, tables: list[str] | None = None) -> dict[str, Any]:
+    """Run every gold table's suite as of ``end``; raise ``DataContractError`` listing all failures.
+
+    A missing gold table fails, except one written by another stage (``OPTIONAL_TABLES``:
+    ``event_embeddings`` before the index stage first runs), which is reported as ``missing`` and
+    skipped; materialization skips its view the same way.
+    Returns ``{"end", "tables": {name: {"success", "rows", "failures"}}, "missing"}``.
+    """
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    from features.repo import FEATURE_VIEWS
+    from pipelines.ingest.run import DataContractError
+    from pipelines.spark import get_spark
+
+    spark = get_spark(settings)
+    from pipelines.features.store import gold_source_of
+
+    views = {gold_source_of(v).tags["table"]: v for v in FEATURE_VIEWS}
+    selected = tables if tables is not None else list(views)
+    unknown = set(selected) - set(views)
+    if unknown:
+        raise ValueError(f"no gold contract for {sorted(unknown)}; known: {sorted(views)}")
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_spark(name="gold")
+    rules = contracts(settings.index.embedding_dim)
+    results: dict[str, TableResult] = {}
+    missing: list[str] = []
+    for table in selected:
+        path = settings.lake.table_path("gold", table)
+        if not _table_exists(spark, path):
+            if table in OPTIONAL_TABLES:
+                log.warning("gold.%s does not exist yet at %s: not validated", table, path)
+                missing.append(table)
+            else:
+                results[table] = TableResult(table, False, 0, [f"no Delta table at {path}"])
+            continue
+        frame = _frame(spark, path, end).cache()
+        try:
+            batch = source.add_dataframe_asset(name=table).add_batch_definition_whole_dataframe("batch")
+            suite = context.suites.add(build_suite(views[table], rules[table], end))
+            data = batch.get_batch(batch_parameters={"dataframe": frame})
+            # Pass/fail first (the cheap result format); the details only for a table that failed.
+            outcome = data.validate(suite, result_format={"result_format": "BOOLEAN_ONLY"})
+            if not outcome.success:
+                details = {"result_format": "BASIC", "partial_unexpected_count": 3}
+                outcome = data.validate(suite, result_format=details)
+            rows = frame.count()
+        finally:
+            frame.unpersist()
+        failures = [_describe(r) for r in outcome.results if not r.success]
+        results[table] = TableResult(table, bool(outcome.success), rows, failures)
+        log.info("%s", results[table].report())
+    report = {
+        "end": end.astimezone(UTC).isoformat(),
+        "tables": {
+            t: {"success": r.success, "rows": r.rows, "failures": r.failures} for t, r in results.items()
+        },
+        "missing": missing,
+    }
+    failed = [r for r in results.values() if not r.success]
+    if failed:
+        raise DataContractError(
+            f"gold validation as of {report['end']}: {len(failed)} table(s) broke their contract, "
+            "nothing was materialized:\n  " + "\n  ".join(r.report() for r in failed)
+        )
+    return report
