@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 UV_VERSION := 0.13.8
 TURNOUT_HOME ?= $(CURDIR)/.turnout
-# The demo's history runs 2026-10-12 .. 2026-11-09; the index is built as of its last day.
+# The demo's history runs 2026-10-12 .. 2026-11-09; features and the index are built as of its
+# last day (gold validation rightly rejects it as stale as of today).
 DEMO_NOW ?= 2026-11-09T00:00Z
 export TURNOUT_HOME
 
@@ -34,13 +35,13 @@ jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, 
 lock: ## Re-resolve requirements.lock from pyproject.toml.
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
 
-demo: setup ## Simulate a history, ingest it, build gold features, train the tower, publish the index.
+demo: setup ## Simulate, ingest, build + validate gold features, train the tower, publish the index, materialize.
 	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7 --overwrite
 	$(BIN)/turnout ingest
-	$(BIN)/turnout features
-	$(BIN)/turnout materialize
+	$(BIN)/turnout features --end $(DEMO_NOW)
 	$(BIN)/turnout tower --now $(DEMO_NOW)
 	$(BIN)/turnout index --now $(DEMO_NOW)
+	$(BIN)/turnout materialize --end $(DEMO_NOW)
 
 lint: setup ## ruff.
 	$(BIN)/ruff check .

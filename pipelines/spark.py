@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +48,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.warehouse.dir": str(settings.home / "spark-warehouse"),
         "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dderby.system.home={settings.home}",
+        # Python workers (pandas UDFs) run the driver's interpreter, i.e. this project's .venv;
+        # a cluster profile points this at the executors' interpreter through `conf`.
+        "spark.pyspark.python": sys.executable,
     }
     conf.update(cfg.conf)
     return conf
@@ -55,6 +60,9 @@ def get_spark(settings: Settings, app_name: str = "turnout") -> SparkSession:
     """Return the process's Spark session, creating it on first call."""
     from pyspark.sql import SparkSession
 
+    # PySpark launches local Python workers from PYSPARK_PYTHON (default: whatever `python3` is
+    # on PATH), not from the conf; point it at this interpreter so workers see the same packages.
+    os.environ.setdefault("PYSPARK_PYTHON", spark_conf(settings)["spark.pyspark.python"])
     builder = SparkSession.builder.appName(app_name)
     for key, value in spark_conf(settings).items():
         builder = builder.config(key, value)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import pandas as pd  # module level: pandas_udf resolves the type hints against these globals
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
@@ -35,6 +36,7 @@ TRAVEL_PSEUDOCOUNT_UP = 8.0
 FILL_DAMP_START = 0.9
 FILL_DAMP_SLOPE = 0.25
 SERIES_HALF_LIFE_INSTANCES = 8.0
+TRAVEL_RESOLUTION = 7  # res-7 cells carry travel time (design: ~5 km is honest for one estimate)
 OVERALL_FOLLOW_THROUGH = 0.62  # design: 62% of RSVPs become attendance
 METRO_PRIOR_M = 20.0
 
@@ -94,6 +96,24 @@ def calendar(start_day: Column | str, end_day: Column | str, spark_df: DataFrame
     return spark_df.sparkSession.range(1).select(
         F.explode(F.sequence(F.to_date(F.lit(start_day)), F.to_date(F.lit(end_day)))).alias("day")
     )
+
+
+def h3_cell(lat: Column, lng: Column, resolution: int) -> Column:
+    """The H3 cell id (hex string) of each point, computed by the h3 library on the executors."""
+    from pyspark.sql.functions import pandas_udf
+
+    @pandas_udf("string")  # type: ignore[call-overload]
+    def cell(lats: pd.Series, lngs: pd.Series) -> pd.Series:
+        import h3
+
+        return pd.Series(
+            [
+                None if pd.isna(a) or pd.isna(b) else h3.latlng_to_cell(a, b, resolution)
+                for a, b in zip(lats, lngs, strict=True)
+            ]
+        )
+
+    return cell(lat, lng)
 
 
 def event_context(events: DataFrame, venues: DataFrame) -> DataFrame:
@@ -253,6 +273,7 @@ def user_features(
         "metro",
         "home_lat",
         "home_lng",
+        h3_cell(F.col("home_lat"), F.col("home_lng"), TRAVEL_RESOLUTION).alias("home_cell7"),
         F.col("history_depth").cast("long"),
         F.col("attended_count").cast("long"),
         ((F.col("attended_count") + m_att * att_prior_rate) / (F.col("_obs") + m_att)).alias(

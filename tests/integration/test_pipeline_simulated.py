@@ -14,7 +14,8 @@ import pytest
 
 from conf import Settings
 from pipelines.features.jobs import GOLD_KEYS, build_gold
-from pipelines.ingest.run import build_silver, ingest_bronze
+from pipelines.features.validation import validate_gold
+from pipelines.ingest.run import DataContractError, build_silver, ingest_bronze
 from pipelines.landing_schema import ENTITIES
 from pipelines.simulator import SimulationConfig, SimulationSummary, simulate
 from tests.conftest import make_settings
@@ -73,6 +74,17 @@ def test_gold_tables_are_built_idempotently(spark, world) -> None:  # type: igno
         assert table.count() == table.select(*keys).distinct().count(), name
         latest = table.agg({"event_timestamp": "max"}).first()[0]
         assert latest < end.replace(tzinfo=None), name
+    # The simulator creates no events or RSVPs after its window, only late labels: as of `end`
+    # the event-side tables are stale and the freshness gate must say so, naming them.
+    stale = {"event_features", "event_dynamics", "social"}
+    with pytest.raises(DataContractError) as err:
+        validate_gold(settings, end)
+    assert {t for t in GOLD_KEYS if f"gold.{t}:" in str(err.value)} == stale
+    # Everything else is exactly what features/ declares and the gold suites accept.
+    fresh = sorted(set(GOLD_KEYS) - stale)
+    checked = validate_gold(settings, end, tables=fresh)
+    assert sorted(checked["tables"]) == fresh
+    assert all(t["success"] for t in checked["tables"].values())
     second = build_gold(settings, None, end, run_id="gold-2")
     assert all(c == {"inserted": 0, "updated": 0, "deleted": 0} for c in second["tables"].values()), second
     assert first["travel_time_rows"] > 0
