@@ -71,17 +71,22 @@ def read_silver(spark: SparkSession, settings: Settings, end: datetime | None) -
     return tables
 
 
-def venues_with_cells(spark: SparkSession, venues: DataFrame) -> DataFrame:
-    """Venues with their res-5 (ring) and res-7 (travel-time) H3 cells, computed with h3."""
-    import h3
+def venues_with_cells(venues: DataFrame, settings: Settings) -> DataFrame:
+    """Venues with their ring cell (res 5) and travel-time cell (res 7), computed on the executors."""
+    from pyspark.sql import functions as F
 
-    pdf = venues.select("venue_id", "metro", "lat", "lng", "timezone").toPandas()
-    pdf["cell5"] = [h3.latlng_to_cell(a, b, 5) for a, b in zip(pdf["lat"], pdf["lng"], strict=True)]
-    pdf["cell7"] = [h3.latlng_to_cell(a, b, 7) for a, b in zip(pdf["lat"], pdf["lng"], strict=True)]
-    schema = (
-        "venue_id string, metro string, lat double, lng double, timezone string, cell5 string, cell7 string"
+    from pipelines.features.transforms import h3_cell
+
+    lat, lng = F.col("lat"), F.col("lng")
+    return venues.select(
+        "venue_id",
+        "metro",
+        "lat",
+        "lng",
+        "timezone",
+        h3_cell(lat, lng, settings.index.h3_resolution).alias("cell5"),
+        h3_cell(lat, lng, settings.index.travel_resolution).alias("cell7"),
     )
-    return spark.createDataFrame(pdf, schema=schema)
 
 
 def holiday_table(spark: SparkSession, venues: DataFrame, years: range) -> DataFrame:
@@ -139,7 +144,7 @@ def _merge_window(
 
 
 def compute_gold(
-    spark: SparkSession, silver: dict[str, DataFrame], end_day: str
+    spark: SparkSession, settings: Settings, silver: dict[str, DataFrame], end_day: str
 ) -> tuple[dict[str, DataFrame], dict[str, float]]:
     """Every gold table as a DataFrame (lazy), plus the fitted pseudocounts."""
     from pyspark.sql import functions as F
@@ -149,7 +154,7 @@ def compute_gold(
     first = silver["users"].agg(F.min("signup_at")).first()
     start_day = (first[0] if first and first[0] else datetime(2000, 1, 1)).strftime("%Y-%m-%d")
     days = T.calendar(start_day, end_day, silver["users"]).cache()
-    venues = venues_with_cells(spark, silver["venues"]).cache()
+    venues = venues_with_cells(silver["venues"], settings).cache()
     years = range(int(start_day[:4]) - 1, int(end_day[:4]) + 2)
     events = silver["events"]
     event_feats = T.event_features(events, venues, holiday_table(spark, venues, years)).cache()
@@ -231,7 +236,7 @@ def build_gold(
     spark = get_spark(settings)
     silver = read_silver(spark, settings, end)
     end_day = (end or datetime.now(UTC)).strftime("%Y-%m-%d")
-    gold, fitted = compute_gold(spark, silver, end_day)
+    gold, fitted = compute_gold(spark, settings, silver, end_day)
     lo = (start - LATE_ARRIVAL_WINDOW).astimezone(UTC).replace(tzinfo=None) if start else None
     hi = end.astimezone(UTC).replace(tzinfo=None) if end else None
     written: dict[str, dict[str, int]] = {}

@@ -42,10 +42,6 @@ class TableCounts:
     deduplicated: int = 0
     quarantined: int = 0
 
-    @property
-    def balanced(self) -> bool:
-        return self.read == self.written + self.deduplicated + self.quarantined
-
 
 @dataclass
 class IngestReport:

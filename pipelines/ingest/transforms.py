@@ -6,7 +6,6 @@ be tested on a tiny frame. ``pipelines.ingest.run`` does the reading and writing
 
 from __future__ import annotations
 
-from functools import reduce
 from zoneinfo import available_timezones
 
 from pyspark.sql import Column, DataFrame, Window
@@ -170,7 +169,3 @@ def symmetric_friendships(friendships: DataFrame) -> DataFrame:
         F.col("friend_id").alias("user_id"), F.col("user_id").alias("friend_id"), "created_at", "_record_id"
     )
     return friendships.select("user_id", "friend_id", "created_at", "_record_id").unionByName(flipped)
-
-
-def union_all(frames: list[DataFrame]) -> DataFrame:
-    return reduce(DataFrame.unionByName, frames)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from conf import Settings
+from pipelines.features.jobs import GOLD_KEYS
 from pipelines.landing_schema import CATEGORIES
 
 if TYPE_CHECKING:
@@ -160,17 +161,8 @@ def write_gold(
     return len(data)
 
 
-KEYS: dict[str, tuple[str, ...]] = {
-    "user_features": ("user_id",),
-    "event_features": ("event_id",),
-    "event_dynamics": ("event_id",),
-    "organizer_stats": ("organizer_id",),
-    "venue_stats": ("venue_id",),
-    "series_stats": ("series_id",),
-    "market_rates": ("market_key",),
-    "social": ("user_id", "event_id"),
-    "event_embeddings": ("event_id",),
-}
+# The gold jobs' keys, plus the embeddings table the index stage writes.
+KEYS: dict[str, tuple[str, ...]] = {**GOLD_KEYS, "event_embeddings": ("event_id",)}
 
 
 def entity_ids(n_users: int, n_events: int) -> dict[str, list[str]]:
