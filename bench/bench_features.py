@@ -1,11 +1,18 @@
 """Benchmark the feature store as serving will use it: materialization throughput and online reads.
 
     .venv/bin/python bench/bench_features.py [--users 20000] [--events 20000] [--redis redis://127.0.0.1:6390/0]
+    .venv/bin/python bench/bench_features.py --history [--users 7000] [--days 28] [--home /tmp/bench]
 
-Writes synthetic gold tables (the gold contract's columns, Spark-generated) under a throwaway
-``TURNOUT_HOME`` unless ``--from-lake`` points at an existing one (e.g. after ``make demo``), applies
-``features/``, materializes to SQLite (and Redis when a URL is given, default
-``$TURNOUT_TEST_REDIS_URL``), then times online reads two ways:
+By default writes synthetic gold tables (the gold contract's columns, Spark-generated) under a
+throwaway ``TURNOUT_HOME``. ``--history`` instead simulates ``--users`` x ``--days`` and builds the
+real gold tables from it with ``bench_pipeline.build_history`` (simulate -> bronze -> silver ->
+gold; 7,000 x 28 is the ~1M-impression history), and ``--from-lake`` reuses a home built that way
+(or by ``make demo``). On a simulated history the store is materialized as of the simulated
+window's end (the history's "now"), and ``gold.event_embeddings``, which the index stage would
+write, gets random vectors for the events the index stage would embed.
+
+Then it applies ``features/``, materializes to SQLite (and Redis when a URL is given, default
+``$TURNOUT_TEST_REDIS_URL``) and times online reads two ways:
 
 * **Feast SDK**: ``FeatureStore.get_online_features`` (what a Feast-based server does per request);
 * **raw**: the same rows read straight from the store (``sqlite3`` / a pipelined Redis ``HMGET``),
@@ -13,12 +20,16 @@ Writes synthetic gold tables (the gold contract's columns, Spark-generated) unde
   serving path would do).
 
 for 1 user row (``user_features``) and for 15,000 event rows (the event-side views of
-``p_rsvp_v1``: ``event_features``, ``event_dynamics``, ``event_embeddings``). Prints two tables.
+``p_rsvp_v1``: ``event_features``, ``event_dynamics``, ``event_embeddings``). A history with fewer
+than 15,000 events is read whole, and then once more padded to 15,000 with copies of its own
+online rows under new ids (written with ``write_to_online_store``); the report says which.
+Prints the tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import random
@@ -33,9 +44,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import numpy as np
+
 log = logging.getLogger("bench_features")
 
 END = datetime(2026, 3, 9, tzinfo=UTC)
+CANDIDATES = 15_000
 EVENT_VIEWS = {
     "event_features": [
         "is_free",
@@ -132,6 +146,84 @@ def write_synthetic_gold(settings: Any, users: int, events: int, versions: int) 
     return counts
 
 
+def history_end(home: Path) -> datetime | None:
+    """The simulated window's end of a home built from the simulator (None: not one)."""
+    manifest = home / "simulator" / "manifest.json"
+    if not manifest.exists():
+        return None
+    return datetime.fromisoformat(json.loads(manifest.read_text())["window_end"]).astimezone(UTC)
+
+
+def add_random_embeddings(settings: Any, end: datetime) -> int:
+    """``gold.event_embeddings`` for the events the index stage would embed at ``end``, with random
+    unit vectors instead of the content tower's (the read cost depends only on their size)."""
+    from pipelines.index.embeddings import events_to_embed, merge_embeddings
+    from pipelines.spark import get_spark
+
+    spark = get_spark(settings)
+    events = events_to_embed(spark, settings, "bench-random", end)
+    vectors = np.random.default_rng(7).normal(size=(len(events), settings.index.embedding_dim))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return merge_embeddings(spark, settings, events, vectors.astype(np.float32), "bench-random", end, end)
+
+
+def gold_ids(settings: Any, table: str, key: str, end: datetime) -> list[str]:
+    """Every ``key`` with a row in ``gold.<table>`` by ``end``, sorted."""
+    from pyspark.sql import functions as F
+
+    from pipelines.spark import get_spark
+
+    frame = get_spark(settings).read.format("delta").load(settings.lake.table_path("gold", table))
+    known = frame.where(F.col("event_timestamp") <= F.lit(end.replace(tzinfo=None)))
+    return sorted(r[0] for r in known.select(key).distinct().collect())
+
+
+def pad_online_events(
+    settings: Any, store: Any, event_ids: list[str], end: datetime, total: int
+) -> list[str]:
+    """Copy the online rows of ``event_ids`` under new ids until ``total`` events exist; return all ids.
+
+    Each copy gets, per event view, exactly the row materialization wrote for its source event
+    (the newest in the view's TTL window), so the padded store has the real mix of present and
+    absent views per event.
+    """
+    import pandas as pd
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from pipelines.features.store import gold_source_of
+    from pipelines.spark import get_spark
+
+    spark = get_spark(settings)
+    copies = [(src, f"{src}~{n // len(event_ids) + 1}") for n, src in enumerate(event_ids * 99)]
+    copies = copies[: total - len(event_ids)]
+    mapping = pd.DataFrame(copies, columns=["source_id", "copy_id"])
+    for view_name in EVENT_VIEWS:
+        view = store.get_feature_view(view_name)
+        if view.most_recent_end_time is None:
+            continue  # not materialized (no gold table): absent for the real events too
+        columns = ["event_id", *(f.name for f in view.features), "event_timestamp", "created"]
+        newest = Window.partitionBy("event_id").orderBy(
+            F.col("event_timestamp").desc(), F.col("created").desc()
+        )
+        rows = (
+            spark.read.format("delta")
+            .load(gold_source_of(view).path)
+            .where(F.col("event_timestamp").between(end - view.ttl, end))
+            .withColumn("_n", F.row_number().over(newest))
+            .where("_n = 1")
+            .select(*columns)
+            .toPandas()
+        )
+        frame = mapping.merge(rows, left_on="source_id", right_on="event_id")
+        frame = frame.drop(columns=["source_id", "event_id"]).rename(columns={"copy_id": "event_id"})
+        for stamp in ("event_timestamp", "created"):
+            frame[stamp] = pd.to_datetime(frame[stamp], utc=True)
+        store.write_to_online_store(view_name, df=frame)
+        log.info("online %s: %d copied rows", view_name, len(frame))
+    return event_ids + [c for _, c in copies]
+
+
 def percentiles(samples: list[float]) -> tuple[float, float]:
     """p50 and p99 in milliseconds."""
     ordered = sorted(samples)
@@ -223,13 +315,19 @@ def redis_reader(
 
 
 def bench_backend(
-    name: str, settings: Any, users: int, events: int, reps: int, redis_url: str | None
+    name: str,
+    settings: Any,
+    end: datetime,
+    user_ids: list[str],
+    event_ids: list[str],
+    reps: int,
+    redis_url: str | None,
 ) -> tuple[dict[str, Any], dict[str, tuple[float, float]]]:
     from features.views import AFFINITY_FEATURES
     from pipelines.features.store import apply_definitions, get_store, materialize
 
     apply_definitions(settings)
-    report = materialize(settings, END, lookback=timedelta(0))
+    report = materialize(settings, end, lookback=timedelta(0))
     store = get_store(settings)
     rng = random.Random(1)
     user_features = [
@@ -242,15 +340,6 @@ def bench_backend(
     user_features += list(AFFINITY_FEATURES)
     user_refs = [f"user_features:{f}" for f in user_features]
     event_refs = [f"{view}:{f}" for view, names in EVENT_VIEWS.items() for f in names]
-    candidates = [f"e{i}" for i in rng.sample(range(events), min(15_000, events))]
-
-    def sdk_user() -> Any:
-        user = f"u{rng.randrange(users)}"
-        return store.get_online_features(features=user_refs, entity_rows=[{"user_id": user}]).to_dict()
-
-    def sdk_events() -> Any:
-        rows = [{"event_id": e} for e in candidates]
-        return store.get_online_features(features=event_refs, entity_rows=rows).to_dict()
 
     def readers(decode: bool) -> tuple[Callable[[list[str]], Any], list[Callable[[list[str]], Any]]]:
         if name == "sqlite":
@@ -267,17 +356,35 @@ def bench_backend(
     fetch_user, fetch_events = readers(decode=False)
     read_user, read_events = readers(decode=True)
 
-    assert len(sdk_events()["rsvp_count"]) == len(candidates)
-    n = f"{len(candidates):,}"
-    few = max(5, reps // 20)
+    def sdk_user() -> Any:
+        rows = [{"user_id": rng.choice(user_ids)}]
+        return store.get_online_features(features=user_refs, entity_rows=rows).to_dict()
+
     latency = {
         "1 user row, Feast SDK": timed(sdk_user, reps),
-        "1 user row, raw fetch (bytes)": timed(lambda: fetch_user([f"u{rng.randrange(users)}"]), reps),
-        "1 user row, raw fetch + decode": timed(lambda: read_user([f"u{rng.randrange(users)}"]), reps),
-        f"{n} event rows, Feast SDK": timed(sdk_events, few),
-        f"{n} event rows, raw fetch (bytes)": timed(lambda: [r(candidates) for r in fetch_events], few),
-        f"{n} event rows, raw fetch + decode": timed(lambda: [r(candidates) for r in read_events], few),
+        "1 user row, raw fetch (bytes)": timed(lambda: fetch_user([rng.choice(user_ids)]), reps),
+        "1 user row, raw fetch + decode": timed(lambda: read_user([rng.choice(user_ids)]), reps),
     }
+
+    def event_reads(candidates: list[str], label: str) -> None:
+        def sdk_events() -> Any:
+            rows = [{"event_id": e} for e in candidates]
+            return store.get_online_features(features=event_refs, entity_rows=rows).to_dict()
+
+        served = sdk_events()
+        assert len(served["rsvp_count"]) == len(candidates)
+        assert any(v is not None for v in served["capacity"]), "no event features online"
+        few = max(5, reps // 20)
+        latency[f"{label}, Feast SDK"] = timed(sdk_events, few)
+        latency[f"{label}, raw fetch (bytes)"] = timed(lambda: [r(candidates) for r in fetch_events], few)
+        latency[f"{label}, raw fetch + decode"] = timed(lambda: [r(candidates) for r in read_events], few)
+
+    if len(event_ids) >= CANDIDATES:
+        event_reads(rng.sample(event_ids, CANDIDATES), f"{CANDIDATES:,} event rows")
+    else:
+        event_reads(event_ids, f"{len(event_ids):,} event rows (every event)")
+        padded = pad_online_events(settings, store, event_ids, end, CANDIDATES)
+        event_reads(padded, f"{CANDIDATES:,} event rows ({len(event_ids):,} + copies)")
     return report, latency
 
 
@@ -285,13 +392,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--users", type=int, default=20_000)
-    parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--versions", type=int, default=3, help="rows per key in each gold table")
+    parser.add_argument("--users", type=int, help="synthetic user rows (20,000), or simulated users (7,000)")
+    parser.add_argument("--events", type=int, default=20_000, help="synthetic event rows")
+    parser.add_argument("--versions", type=int, default=3, help="rows per key in each synthetic gold table")
+    parser.add_argument("--history", action="store_true", help="simulate a history and build real gold")
+    parser.add_argument("--days", type=int, default=28, help="simulated days (with --history)")
     parser.add_argument("--reps", type=int, default=200, help="timed reads of 1 row (15k rows: reps/20)")
     parser.add_argument(
         "--redis", default=os.environ.get("TURNOUT_TEST_REDIS_URL"), help="redis://host:port/db"
     )
+    parser.add_argument("--home", type=Path, help="TURNOUT_HOME to build in (default: a new temp dir)")
     parser.add_argument("--from-lake", type=Path, help="an existing TURNOUT_HOME with gold tables")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -303,9 +413,37 @@ def main() -> None:
     from pipelines.features import store  # noqa: F401  # imports Feast, which resets warning filters
 
     warnings.filterwarnings("ignore", message=".*is an experimental feature", category=RuntimeWarning)
-    home = args.from_lake or Path(tempfile.mkdtemp(prefix="turnout-bench-"))
+    home = args.from_lake or args.home or Path(tempfile.mkdtemp(prefix="turnout-bench-"))
     base = load_settings("local", home=home)
-    gold = {} if args.from_lake else write_synthetic_gold(base, args.users, args.events, args.versions)
+    heading: list[str] = []
+    if args.history:
+        from bench_pipeline import build_history, stage_table
+
+        users = args.users or 7000
+        summary, stages = build_history(base, users, args.days)
+        impressions = summary.entities["impressions"].generated
+        heading += [f"history: {users} users x {args.days} days, {impressions:,} impressions", ""]
+        heading += [stage_table(stages), ""]
+    end = history_end(home)
+    if end is None:
+        users = args.users or 20_000
+        end = END
+        if args.from_lake:
+            heading.append(f"gold rows: from {home}")
+        else:
+            gold = write_synthetic_gold(base, users, args.events, args.versions)
+            heading.append(f"gold rows (synthetic): {gold}")
+        user_ids = [f"u{i}" for i in range(users)]
+        event_ids = [f"e{i}" for i in range(args.events)]
+    else:
+        embedded = add_random_embeddings(base, end)
+        user_ids = gold_ids(base, "user_features", "user_id", end)
+        event_ids = gold_ids(base, "event_features", "event_id", end)
+        heading.append(
+            f"simulated history in {home}, materialized as of {end:%Y-%m-%dT%H:%MZ}: "
+            f"{len(user_ids):,} users, {len(event_ids):,} events in gold "
+            f"(+{embedded:,} random embeddings)"
+        )
     backends = {"sqlite": base}
     if args.redis:
         parsed = urlparse(args.redis)
@@ -326,7 +464,7 @@ def main() -> None:
     for name, settings in backends.items():
         log.info("benchmarking %s", name)
         throughput[name], latency[name] = bench_backend(
-            name, settings, args.users, args.events, args.reps, args.redis
+            name, settings, end, user_ids, event_ids, args.reps, args.redis
         )
 
     if args.redis:
@@ -337,7 +475,7 @@ def main() -> None:
         for key in client.scan_iter(match=f"*{project}".encode(), count=10_000):
             client.delete(key)
 
-    lines = ["", f"gold rows: {gold or 'from ' + str(home)}", "", "materialization (rows = keys written)", ""]
+    lines = ["", *heading, "", "materialization (rows = keys written)", ""]
     lines.append("| view | " + " | ".join(f"{b} rows | {b} s | {b} rows/s" for b in backends) + " |")
     lines.append("|---" * (1 + 3 * len(backends)) + "|")
     views = sorted(v for v, r in throughput["sqlite"]["views"].items() if r["status"] == "materialized")

@@ -1,13 +1,16 @@
 """The ``features`` DAG: its shape, its window, and whole runs under ``dag.test()``.
 
-``build_gold`` (the Spark feature jobs) is replaced by a stub that writes small contract-valid
-gold tables, so these runs exercise the DAG's wiring, validation, apply and materialization on
-the real engines without needing a silver lake.
+The happy path runs for real: a tiny simulated world (100 users x 21 days: enough for attendance,
+and so organizer, venue and series rows, to arrive before the window ends) is ingested to silver,
+then the DAG builds gold with the Spark jobs, validates it, applies ``features/`` and materializes
+to the SQLite online store. The broken-table path replaces ``build_gold`` with a stand-in that
+writes one out-of-range value, because the real jobs cannot be made to break their contract.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from conf import Settings
+from pipelines.features.jobs import GOLD_KEYS
 from tests.dags.conftest import AirflowTestEnv
 
 if TYPE_CHECKING:
@@ -24,17 +29,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*is an experimental feature:Run
 
 START = datetime(2026, 3, 4, 11, tzinfo=UTC)
 END = START + timedelta(hours=1)
-# Every table the feature jobs own; event_embeddings comes from the index stage and may be absent.
-TABLES = (
-    "user_features",
-    "event_features",
-    "event_dynamics",
-    "organizer_stats",
-    "venue_stats",
-    "series_stats",
-    "market_rates",
-    "social",
-)
 
 
 def test_features_dag_shape(dagbag: DagBag) -> None:
@@ -87,8 +81,8 @@ def test_resolve_window_paths() -> None:
             module.resolve_window({"dag_run": SimpleNamespace(conf=conf), "run_id": "bad"})
 
 
-def _stub_build_gold(broken: bool = False) -> Any:
-    from conf import Settings
+def _broken_build_gold() -> Any:
+    """A stand-in for ``build_gold``: small contract-valid gold tables with one rate above 1."""
     from pipelines.spark import get_spark
     from tests.integration import gold_tables as G
 
@@ -97,7 +91,7 @@ def _stub_build_gold(broken: bool = False) -> Any:
         spark.conf.set("spark.sql.shuffle.partitions", "1")
         rng = random.Random(1)
         tables: dict[str, list[dict[str, Any]]] = {}
-        for table in TABLES:
+        for table in GOLD_KEYS:
             keys = [
                 {k: f"sf|music|{i}" if k == "market_key" else f"{k[0]}{i}" for k in G.KEYS[table]}
                 for i in range(3)
@@ -106,8 +100,7 @@ def _stub_build_gold(broken: bool = False) -> Any:
                 G.default_row(table, rng, key, start + timedelta(minutes=10 * i))
                 for i, key in enumerate(keys)
             ]
-        if broken:
-            tables["event_dynamics"][0]["fill_rate"] = 1.7  # not a rate
+        tables["event_dynamics"][0]["fill_rate"] = 1.7  # not a rate
         G.write_history(spark, settings, tables)
         return {"run_id": run_id, "tables": {t: len(rows) for t, rows in tables.items()}}
 
@@ -118,26 +111,98 @@ def _states(dagrun: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in dagrun.get_task_instances()}
 
 
-@pytest.mark.integration
-@pytest.mark.timeout(600)
-def test_features_dag_runs_build_validate_apply_materialize(
-    dagbag: DagBag, airflow_env: AirflowTestEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import pipelines.features.jobs as jobs
+def _returned(dagrun: Any, task_id: str) -> Any:
+    ti = next(ti for ti in dagrun.get_task_instances() if ti.task_id == task_id)
+    return ti.xcom_pull(task_ids=task_id)
+
+
+@pytest.fixture
+def simulated_silver(
+    airflow_env: AirflowTestEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Settings, datetime, datetime]:
+    """A tiny simulated world ingested to silver in a fresh home: (settings, window start, end).
+
+    The window is the simulated one, so its end is the history's "now" (what ``make demo``
+    passes as ``DEMO_NOW``): every gold table is fresh as of it.
+    """
     from conf import load_settings
-    from pipelines.features.store import materialized_intervals
+    from pipelines.features.jobs import KNOWN_AT
+    from pipelines.ingest.run import build_silver, ingest_bronze
+    from pipelines.simulator import SimulationConfig, simulate
 
     monkeypatch.setenv("TURNOUT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(jobs, "build_gold", _stub_build_gold())
-    dag = dagbag.dags["features"]
-    dagrun = dag.test(run_conf={"start": START.isoformat(), "end": END.isoformat()})
+    settings = load_settings()  # what the DAG's tasks load
+    summary = simulate(
+        SimulationConfig(users=100, days=21, seed=7), Path(settings.landing.root), settings.home / "simulator"
+    )
+    # Only the silver tables the gold jobs read.
+    ingest_bronze(settings, None, None, run_id="sim", entities=KNOWN_AT)
+    build_silver(settings, None, None, run_id="sim", entities=KNOWN_AT)
+    start, end = (
+        datetime.fromisoformat(t).astimezone(UTC) for t in (summary.window_start, summary.window_end)
+    )
+    return settings, start, end
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_features_dag_builds_validates_and_materializes_a_simulated_world(
+    dagbag: DagBag, simulated_silver: tuple[Settings, datetime, datetime]
+) -> None:
+    from pipelines.features.store import get_store, materialized_intervals
+    from pipelines.spark import get_spark
+
+    settings, start, end = simulated_silver
+    started = time.perf_counter()
+    dagrun = dagbag.dags["features"].test(run_conf={"start": start.isoformat(), "end": end.isoformat()})
+    print(f"dag.test(features) took {time.perf_counter() - started:.1f} s")
     assert _states(dagrun) == dict.fromkeys(
         ["run_window", "build_gold", "validate_gold", "apply_definitions", "materialize"], "success"
     )
-    windows = materialized_intervals(load_settings())
-    # Every view over a built table reached the window's end; event_embeddings had no table yet.
-    assert {name for name, w in windows.items() if w} == set(TABLES)
-    assert all(w[-1][1] == END.isoformat() for name, w in windows.items() if name in TABLES)
+
+    # build_gold: the real jobs wrote every gold table, each with rows, as Delta.
+    built = _returned(dagrun, "build_gold")
+    assert set(built["tables"]) == set(GOLD_KEYS)
+    spark = get_spark(settings)
+    gold = {t: spark.read.format("delta").load(settings.lake.table_path("gold", t)) for t in GOLD_KEYS}
+    counts = {t: frame.count() for t, frame in gold.items()}
+    print(f"gold rows: {counts}")
+    assert all(counts[t] == built["tables"][t]["inserted"] > 0 for t in GOLD_KEYS), (counts, built)
+
+    # validate_gold: every gold table's suite ran on those rows and passed.
+    validated = _returned(dagrun, "validate_gold")
+    assert validated["end"] == end.isoformat()
+    assert {t: (r["success"], r["rows"] > 0) for t, r in validated["tables"].items()} == dict.fromkeys(
+        GOLD_KEYS, (True, True)
+    )
+    assert validated["missing"] == ["event_embeddings"]  # the index stage never ran here
+
+    # materialize: every view over a built table wrote keys and reached the window's end ...
+    online = _returned(dagrun, "materialize")
+    written = {v: r["rows"] for v, r in online["views"].items() if r["status"] == "materialized"}
+    assert set(written) == set(GOLD_KEYS) and all(n > 0 for n in written.values()), online["views"]
+    windows = materialized_intervals(settings)
+    assert all(windows[v][-1][1] == end.isoformat() for v in GOLD_KEYS), windows
+    assert not windows["event_embeddings"]
+
+    # ... and the online store serves each user's newest gold value.
+    newest = (
+        gold["user_features"]
+        .orderBy("event_timestamp", ascending=False)
+        .dropDuplicates(["user_id"])
+        .select("user_id", "history_depth", "attend_rate_shrunk")
+        .collect()
+    )
+    served = (
+        get_store(settings, offline=False)
+        .get_online_features(
+            features=["user_features:history_depth", "user_features:attend_rate_shrunk"],
+            entity_rows=[{"user_id": r["user_id"]} for r in newest],
+        )
+        .to_dict()
+    )
+    assert served["history_depth"] == [r["history_depth"] for r in newest]
+    assert served["attend_rate_shrunk"] == pytest.approx([r["attend_rate_shrunk"] for r in newest])
 
 
 @pytest.mark.integration
@@ -148,7 +213,7 @@ def test_a_broken_gold_table_fails_validation_without_retry_and_nothing_is_mater
     import pipelines.features.jobs as jobs
 
     monkeypatch.setenv("TURNOUT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(jobs, "build_gold", _stub_build_gold(broken=True))
+    monkeypatch.setattr(jobs, "build_gold", _broken_build_gold())
     dagrun = dagbag.dags["features"].test(run_conf={"start": START.isoformat(), "end": END.isoformat()})
     states = _states(dagrun)
     # "failed", not "up_for_retry": a contract failure is not retried (and dag.test would wait for it).
