@@ -7,6 +7,9 @@ TURNOUT_HOME ?= $(CURDIR)/.turnout
 # The demo's history runs 2026-10-12 .. 2026-11-09; features and the index are built as of its
 # last day (gold validation rightly rejects it as stale as of today).
 DEMO_NOW ?= 2026-11-09T00:00Z
+# The content tower as it stood three weeks earlier (the start of the training window), so the
+# training set's label instants see embeddings, as they would where the tower predates the events.
+DEMO_TOWER_AT ?= 2026-10-19T00:00Z
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
@@ -35,13 +38,16 @@ jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, 
 lock: ## Re-resolve requirements.lock from pyproject.toml.
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
 
-demo: setup ## Simulate, ingest, build + validate gold features, train the tower, publish the index, materialize.
+demo: setup ## Simulate, ingest, gold features, tower + index, materialize, train both heads, evaluate.
 	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7 --overwrite
 	$(BIN)/turnout ingest
 	$(BIN)/turnout features --end $(DEMO_NOW)
-	$(BIN)/turnout tower --now $(DEMO_NOW)
+	$(BIN)/turnout tower --now $(DEMO_TOWER_AT)
 	$(BIN)/turnout index --now $(DEMO_NOW)
 	$(BIN)/turnout materialize --end $(DEMO_NOW)
+	$(BIN)/turnout train --head rsvp --now $(DEMO_NOW)
+	$(BIN)/turnout train --head attend --now $(DEMO_NOW)
+	$(BIN)/turnout evaluate
 
 lint: setup ## ruff.
 	$(BIN)/ruff check .

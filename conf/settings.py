@@ -86,6 +86,39 @@ class MlflowSettings(_Strict):
     artifact_root: str
 
 
+class GateSettings(_Strict):
+    """What a challenger must show before it may become ``champion`` (see models.promotion)."""
+
+    ndcg_tolerance: float = Field(default=0.01, ge=0.0)  # may be at most this much worse on NDCG@25
+    max_ece: float = Field(default=0.02, gt=0.0)  # per head, on its own temporal test slice
+    min_score_std: float = Field(default=1e-4, ge=0.0)  # a collapsed score distribution ranks nothing
+
+
+class TrainingSettings(_Strict):
+    """Training sets, splits and the two LightGBM heads (design: "Training", "Negative sampling")."""
+
+    window_days: int = Field(default=21, ge=2)  # label instants in [as_of - window_days, as_of)
+    # Natural negatives kept (1.0 = all); the odds correction undoes whatever is dropped.
+    negative_keep_rate: float = Field(default=1.0, gt=0.0, le=1.0)
+    # Never-impressed random candidates, as a share of all negatives (design: about 20%).
+    injected_negative_share: float = Field(default=0.2, ge=0.0, lt=1.0)
+    attend_label_delay_days: int = Field(default=9, ge=0)  # p_attend trains on labels at least this old
+    # Temporal split of the label window: train | calibration | test, starting at these fractions.
+    # Negatives are downsampled in the training part only: calibration and test stay natural.
+    calibration_start_fraction: float = Field(default=0.65, gt=0.0, lt=1.0)
+    test_start_fraction: float = Field(default=0.8, gt=0.0, lt=1.0)
+    seed: int = 7
+    num_threads: int = Field(default=2, ge=1)
+    lightgbm: dict[str, float | int | str] = Field(default_factory=dict)  # overrides of models.heads
+    experiment_prefix: str = "turnout"
+    gates: dict[str, GateSettings] = Field(
+        default_factory=lambda: {
+            "rsvp": GateSettings(max_ece=0.02),
+            "attend": GateSettings(max_ece=0.05),
+        }
+    )
+
+
 class Settings(_Strict):
     profile: str
     home: Path
@@ -98,6 +131,7 @@ class Settings(_Strict):
     ingest: IngestSettings = Field(
         default_factory=lambda: IngestSettings(max_quarantine_fraction=0.2, min_quarantined_to_fail=10)
     )
+    training: TrainingSettings = Field(default_factory=lambda: TrainingSettings())
 
 
 class SettingsError(ValueError):

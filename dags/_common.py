@@ -75,6 +75,15 @@ def silver_asset(table: str) -> Asset:
 
 SILVER_ASSETS: Final[tuple[Asset, ...]] = tuple(silver_asset(t) for t in SILVER_TABLES)
 
+# Updated by the ``features`` DAG once gold is validated and materialized; its event's extra
+# carries ``{"end": ISO}``, the instant the features are complete up to.
+GOLD_FEATURES: Final = Asset(name="gold.features", uri="turnout://gold/features", group="gold")
+
+
+def weekly_utc() -> CronDataIntervalTimetable:
+    """Weekly runs on Mondays 04:00 UTC over the week that just ended (see ``hourly_utc``)."""
+    return CronDataIntervalTimetable("0 4 * * 1", timezone="UTC")
+
 
 @contextmanager
 def fail_without_retry(*errors: type[BaseException]) -> Generator[None, None, None]:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from _common import SILVER_ASSETS, START_DATE, current_window, default_args, fail_without_retry
+from _common import (
+    GOLD_FEATURES,
+    SILVER_ASSETS,
+    START_DATE,
+    current_window,
+    default_args,
+    fail_without_retry,
+)
 from airflow.sdk import AssetAny, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -78,7 +85,8 @@ def features() -> None:
     3. **apply_definitions**: `pipelines.features.store.apply_definitions` runs `feast apply` only
        when the hash of `features/` differs from the registry's.
     4. **materialize**: `pipelines.features.store.materialize` writes each feature view's new
-       window to the online store; it never writes a window ending before the last one.
+       window to the online store; it never writes a window ending before the last one. Then
+       updates the `gold.features` asset (extra `{"end": ISO}`), which triggers `train_rsvp`.
 
     **Failures.** A data-contract failure (`DataContractError`) fails without retries: fix the job
     or the data, then clear the task. Anything else is retried twice. Every step is idempotent.
@@ -119,12 +127,15 @@ def features() -> None:
 
         return apply_definitions(load_settings())
 
-    @task(multiple_outputs=False)
+    @task(multiple_outputs=False, outlets=[GOLD_FEATURES])
     def materialize(window: dict[str, str]) -> dict[str, Any]:
         from conf import load_settings
         from pipelines.features.store import materialize
 
-        return materialize(load_settings(), end=datetime.fromisoformat(window["end"]))
+        report = materialize(load_settings(), end=datetime.fromisoformat(window["end"]))
+        # Tells the training DAGs how far the features they are triggered by reach.
+        get_current_context()["outlet_events"][GOLD_FEATURES].extra = {"end": window["end"]}
+        return report
 
     # An XComArg at parse time, the dict at run time.
     window: Any = run_window()

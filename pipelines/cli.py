@@ -275,6 +275,90 @@ def index(
     _emit(report, as_json)
 
 
+Head = Annotated[str, typer.Option("--head", help="Which head: rsvp (hourly) or attend (weekly).")]
+
+
+@app.command()
+def train(
+    head: Head,
+    now: Now = None,
+    training_set_version: Annotated[
+        int | None,
+        typer.Option(help="Retrain on this recorded training-set version instead of building a new one."),
+    ] = None,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Build a point-in-time training set, fit + calibrate one head, log to MLflow, promote behind gates."""
+    from pipelines.training.train import train_head
+
+    if head not in ("rsvp", "attend"):
+        raise typer.BadParameter(f"--head must be rsvp or attend, not {head!r}")
+    settings = _settings(profile)
+    at = None if training_set_version is not None else (_parse_instant(now) or datetime.now(UTC))
+    with _progress(f"train p_{head}") as progress:
+        report = train_head(settings, head, at, training_set_version, progress=progress)
+    m = report["metrics"]
+    table = Table(title=f"p_{head}: run {report['run_id']}, model version {report['version']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in sorted(m):
+        table.add_row(key, "-" if m[key] is None else f"{m[key]:.4f}")
+    err.print(table)
+    colour = "green" if report["promoted"] else "yellow"
+    err.print(
+        f"[{colour}]{'promoted to champion' if report['promoted'] else 'not promoted'}[/{colour}]: {report['reason']}"
+    )
+    _emit(report, as_json)
+
+
+@app.command()
+def evaluate(
+    requests: Annotated[int, typer.Option(help="Test requests to rank the whole live catalog for.")] = 150,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """The champion beside popularity, RSVP-only, random and the simulator's oracle, on the same requests."""
+    from pipelines.training.evaluate import evaluate as run_evaluate
+
+    settings = _settings(profile)
+    with _progress("evaluate") as progress:
+        report = run_evaluate(settings, requests=requests, progress=progress)
+    columns = (
+        "ndcg_at_25",
+        "expected_attendance_at_25",
+        "expected_rsvps_at_25",
+        "ece",
+        "recall_at_25_random_slot",
+    )
+    table = Table(
+        title=f"{report['requests']} test requests, {report['candidates_per_request']:.0f} live candidates each "
+        f"(champions rsvp v{report['champion_versions']['rsvp']}, attend v{report['champion_versions']['attend']})"
+    )
+    table.add_column("model")
+    for col in columns:
+        table.add_column(col, justify="right")
+    for name, row in report["models"].items():
+        table.add_row(name, *("-" if row.get(c) is None else f"{row[c]:.4f}" for c in columns))
+    err.print(table)
+    _emit(report, as_json)
+
+
+@app.command()
+def rollback(head: Head, as_json: JsonFlag = False, profile: Profile = None) -> None:
+    """Point a head's `champion` alias back at its `previous` version."""
+    from pipelines.training.registry import rollback as run_rollback
+
+    settings = _settings(profile)
+    try:
+        report = run_rollback(settings, head)
+    except LookupError as e:
+        err.print(f"[red]cannot roll back[/red]: {e}")
+        raise typer.Exit(2) from e
+    err.print(f"p_{head}: champion is now version {report['champion']} (previous {report['previous']})")
+    _emit(report, as_json)
+
+
 @app.command()
 def schema() -> None:
     """Print the landing schema as Markdown (the source of docs/landing-schema.md)."""

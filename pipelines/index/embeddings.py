@@ -12,8 +12,12 @@ Columns:
   share an instant (Feast resolves one row per key and instant, and the gold contract checks
   it), and a training row never sees a tower trained after it. The remaining leak is the first
   tower's back-stamped vectors; it is small (the tower maps words, not event ids) and known.
-* ``created``: the run's ``now`` (end of its interval), when the row became available to the
-  pipeline; always ``>= event_timestamp``, as the gold contract requires.
+* ``created``: when the row became available to the pipeline: the end of the hour the vector
+  became known, but never before the tower existed and never after the run's ``now``
+  (``min(now, max(hour_end(event_timestamp), tower_trained_at))``). An hourly run writes its
+  ``now``; a backfill reconstructs what the hourly runs would have written, so a training set's
+  point-in-time join (which hides rows created after the label) sees vectors from the moment
+  the tower could have produced them, not from the backfill's date. Always ``>= event_timestamp``.
 * ``source_updated_at``: the event version the vector was computed from; an edited title is
   re-embedded (in place: the pre-edit vector is not kept), an unchanged one never is.
 * ``tower_trained_at``: the ``now`` the tower was trained at.
@@ -161,18 +165,21 @@ def merge_embeddings(
     stamp = np.where(
         events["has_other_version"].to_numpy(dtype=bool), np.maximum(created, trained_us), created
     )
+    hour_us = 3_600_000_000
+    hour_end = -(-stamp // hour_us) * hour_us
+    written = np.minimum(to_micros(now), np.maximum(hour_end, trained_us))
     rows = [
         (
             str(eid),
             tower_version,
             vec.tolist(),
             from_micros(int(ts)),
-            now,
+            from_micros(int(at)),
             from_micros(int(updated)),
             tower_trained_at,
         )
-        for eid, ts, updated, vec in zip(
-            events["event_id"], stamp, events["updated_us"], vectors, strict=True
+        for eid, ts, at, updated, vec in zip(
+            events["event_id"], stamp, written, events["updated_us"], vectors, strict=True
         )
     ]
     schema = _schema(dim)

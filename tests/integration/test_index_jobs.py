@@ -54,7 +54,7 @@ def test_tower_embeddings_and_index_from_silver(spark, tmp_path) -> None:  # typ
     assert len(rows) == len(expected) and {r["tower_version"] for r in rows} == {tower["version"]}
     one = next(r for r in rows if r["event_id"] == expected["event_id"].iloc[0])
     assert len(one["embedding"]) == 64 and abs(np.linalg.norm(one["embedding"]) - 1) < 1e-4
-    # First vector of an event: stamped at the event's creation; the row written at the run's now.
+    # First vector of an event: stamped at its creation; written when the tower (trained at NOW) existed.
     assert one["event_timestamp"] == expected["created_at"].iloc[0].tz_localize(None).to_pydatetime()
     assert one["created"] == NOW.replace(tzinfo=None)
 

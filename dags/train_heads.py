@@ -1,0 +1,142 @@
+"""The ``train_rsvp`` (hourly) and ``train_attend`` (weekly) DAGs. Wiring only.
+
+The work is in ``pipelines.training.train.train_head``: point-in-time training set -> LightGBM
+head -> odds correction + per-segment isotonic calibration -> MLflow run -> registry version as
+``challenger`` -> ``champion`` only if every gate passes. A gate that fails is a normal outcome,
+not a task failure: the run's XCom and the MLflow version say why the champion stayed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from _common import GOLD_FEATURES, START_DATE, current_window, default_args, fail_without_retry, weekly_utc
+from airflow.sdk import PokeReturnValue, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+
+
+def resolve_as_of(context: Any) -> str:
+    """The instant a run trains as of, as ISO.
+
+    1. Triggered by ``gold.features``: the newest triggering event's ``extra["end"]``.
+    2. Triggered by hand with ``{"as_of": ISO}`` in the run conf (backfills, tests).
+    3. Otherwise the end of the run's own data interval.
+    """
+    ends = [
+        event.extra["end"]
+        for events in (context.get("triggering_asset_events") or {}).values()
+        for event in events
+        if (event.extra or {}).get("end")
+    ]
+    if ends:
+        return max(ends, key=datetime.fromisoformat)
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    if "as_of" in conf:
+        try:
+            as_of = datetime.fromisoformat(str(conf["as_of"]).replace("Z", "+00:00"))
+        except ValueError as err:
+            raise AirflowFailException(f"run conf 'as_of' is not an ISO instant: {err}") from err
+        if as_of.tzinfo is None:
+            raise AirflowFailException("run conf 'as_of' needs a UTC offset, e.g. 2026-11-09T00:00Z")
+        return as_of.isoformat()
+    return current_window().end.isoformat()
+
+
+def _train(head: str, as_of: str) -> dict[str, Any]:
+    # Imported here, not at module level: a DAG file is parsed every few seconds.
+    from conf import load_settings
+    from pipelines.training.train import train_head
+
+    with fail_without_retry(ValueError, FileNotFoundError):
+        return train_head(load_settings(), head, as_of=datetime.fromisoformat(as_of))
+
+
+@dag(
+    dag_id="train_rsvp",
+    # Every validated, materialized features run (hourly) retrains the fast head on fresh labels.
+    schedule=[GOLD_FEATURES],
+    start_date=START_DATE,
+    catchup=False,
+    # Registry aliases are last-writer-wins: two concurrent promotions could interleave.
+    max_active_runs=1,
+    default_args=default_args(execution_timeout=timedelta(minutes=50)),
+    tags=["turnout", "training", "p_rsvp", "mlflow"],
+)
+def train_rsvp() -> None:
+    """
+    ### p_rsvp: hourly retrain on same-day RSVP labels
+
+    Triggered by the `gold.features` asset (each `features` run that validated and materialized),
+    as of the instant those features reach; by hand, pass `{"as_of": ISO}` in the run conf.
+
+    1. **as_of**: the training instant (see `resolve_as_of`).
+    2. **train**: `pipelines.training.train.train_head(settings, "rsvp", as_of)` builds a new
+       version of `lake/training/rsvp` (impressions labelled by an RSVP within a day, plus ~20%
+       never-impressed random negatives, odds-corrected), trains, calibrates, evaluates, logs
+       the run to MLflow experiment `turnout-p_rsvp` and registers `turnout-p_rsvp`.
+       `champion` moves only when every gate passes; the XCom has `promoted` and `reason`.
+
+    **Failures.** Too little data or a missing training input fails without retries.
+    """
+
+    @task(multiple_outputs=False)
+    def as_of() -> str:
+        return resolve_as_of(get_current_context())
+
+    @task(multiple_outputs=False)
+    def train(at: str) -> dict[str, Any]:
+        return _train("rsvp", at)
+
+    # An XComArg at parse time, the string at run time.
+    at: Any = as_of()
+    train(at)
+
+
+@dag(
+    dag_id="train_attend",
+    schedule=weekly_utc(),
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=default_args(execution_timeout=timedelta(hours=2)),
+    tags=["turnout", "training", "p_attend", "mlflow"],
+)
+def train_attend() -> None:
+    """
+    ### p_attend_given_rsvp: weekly retrain on labels at least nine days old
+
+    Mondays 04:00 UTC, as of the end of the week that just ended (or `{"as_of": ISO}` in the run
+    conf). Waits until the gold features are fresh as of that instant, then trains.
+
+    1. **wait_for_features**: pokes every 10 minutes (for up to 6 hours) until the newest
+       `gold.event_dynamics` and `gold.user_features` rows are within 48 h of `as_of`.
+    2. **train**: `train_head(settings, "attend", as_of)`: RSVPs made at least nine days before
+       `as_of`, labelled by observed attendance, gated on the product score's NDCG@25 with the
+       current `p_rsvp` champion. MLflow experiment `turnout-p_attend`, model `turnout-p_attend`.
+
+    **Failures.** Features still stale after 6 hours fail the run; so does missing data.
+    """
+
+    @task(multiple_outputs=False)
+    def as_of() -> str:
+        return resolve_as_of(get_current_context())
+
+    @task.sensor(poke_interval=600, timeout=6 * 3600, mode="reschedule")
+    def wait_for_features(at: str) -> PokeReturnValue:
+        from conf import load_settings
+        from pipelines.training.train import features_fresh
+
+        fresh = features_fresh(load_settings(), datetime.fromisoformat(at))
+        return PokeReturnValue(is_done=fresh["fresh"], xcom_value=fresh)
+
+    @task(multiple_outputs=False)
+    def train(at: str) -> dict[str, Any]:
+        return _train("attend", at)
+
+    at: Any = as_of()
+    wait_for_features(at) >> train(at)
+
+
+train_rsvp()
+train_attend()

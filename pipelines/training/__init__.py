@@ -1,0 +1,1 @@
+"""Training sets, the two heads, calibration, evaluation and registry promotion."""

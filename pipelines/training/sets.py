@@ -1,0 +1,255 @@
+"""Versioned training sets: labelled examples + Feast's point-in-time features -> one Delta table.
+
+``build_training_set(settings, head, as_of)`` labels examples on Spark (``examples``), joins the
+head's feature service with Feast's historical retrieval (Spark offline store, rows created after
+the label instant hidden), and overwrites ``lake/training/<head>``. Each build is a new Delta
+version; the version, the example counts (which the odds correction is computed from) and the
+versions of every silver and gold table read are returned and logged with the training run, so
+a model can be retrained from exactly the rows it saw (``read_training_set(..., version)``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from conf import Settings
+from models.heads import SERVICE_OF_HEAD, model_columns
+from pipelines.training.examples import (
+    KEY_COLUMNS,
+    META_COLUMNS,
+    REQUEST_COLUMNS,
+    RSVP_LABEL_WINDOW,
+    ExampleCounts,
+    attend_examples,
+    rsvp_examples,
+)
+from pipelines.training.split import Split, split_boundaries, temporal_split
+
+log = logging.getLogger(__name__)
+
+SILVER_INPUTS = ("users", "events", "event_cancellations", "impressions", "rsvps", "attendance", "ratings")
+GOLD_INPUTS = (
+    "user_features",
+    "event_features",
+    "event_dynamics",
+    "organizer_stats",
+    "venue_stats",
+    "series_stats",
+    "market_rates",
+    "social",
+    "event_embeddings",
+)
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    """Where one build landed and what it was made from."""
+
+    head: str
+    service: str
+    path: str
+    version: int
+    as_of: str
+    start: str
+    label_end: str
+    rows: int
+    counts: dict[str, Any]
+    source_versions: dict[str, int]
+    columns: list[str]  # model input columns
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def training_set_path(settings: Settings, head: str) -> str:
+    return settings.lake.table_path("training", head)
+
+
+def table_version(spark: Any, path: str) -> int:
+    """The current Delta version of the table at ``path`` (-1 when there is none)."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return -1
+    row = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    return int(row[0]) if row is not None else -1
+
+
+def source_versions(spark: Any, settings: Settings) -> dict[str, int]:
+    versions = {
+        f"silver.{t}": table_version(spark, settings.lake.table_path("silver", t)) for t in SILVER_INPUTS
+    }
+    versions.update(
+        {f"gold.{t}": table_version(spark, settings.lake.table_path("gold", t)) for t in GOLD_INPUTS}
+    )
+    return versions
+
+
+_STRINGS = (
+    "example_id",
+    "user_id",
+    "event_id",
+    "organizer_id",
+    "venue_id",
+    "series_id",
+    "market_key",
+    "request_id",
+    "exploration_kind",
+    "user_metro",
+)
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Explicit column types, so a column that happens to be all-null still has one in Delta."""
+    types = {
+        c: "string" if c in _STRINGS else "float64" if c in REQUEST_COLUMNS[:3] else "Int64"
+        for c in (*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS)
+        if c != "event_timestamp"
+    }
+    return frame.astype(types)
+
+
+def _entity_frame(rows: Any) -> pd.DataFrame:
+    pdf: pd.DataFrame = rows.toPandas()
+    pdf["event_timestamp"] = pd.to_datetime(pdf["event_timestamp"]).dt.tz_localize("UTC")
+    return pdf.sort_values(["event_timestamp", "example_id"], kind="stable").reset_index(drop=True)
+
+
+def build_training_set(
+    settings: Settings,
+    head: str,
+    as_of: datetime,
+    window: timedelta | None = None,
+) -> TrainingSet:
+    """Label, join point-in-time features, write a new version of ``lake/training/<head>``."""
+    from models.heads import to_model_frame
+    from pipelines.features.store import get_store, historical_features, service_feature_names
+    from pipelines.spark import get_spark
+
+    if head not in SERVICE_OF_HEAD:
+        raise ValueError(f"unknown head {head!r}; choose one of {sorted(SERVICE_OF_HEAD)}")
+    cfg = settings.training
+    as_of = as_of.astimezone(UTC)
+    start = as_of - (window or timedelta(days=cfg.window_days))
+    spark = get_spark(settings)
+    versions = source_versions(spark, settings)
+    counts: ExampleCounts
+    if head == "rsvp":
+        label_end = as_of - RSVP_LABEL_WINDOW
+        train_end, _ = split_boundaries(
+            start, label_end, cfg.calibration_start_fraction, cfg.test_start_fraction
+        )
+        rows, counts = rsvp_examples(
+            spark,
+            settings,
+            start,
+            as_of,
+            train_end=train_end,
+            negative_keep_rate=cfg.negative_keep_rate,
+            injected_negative_share=cfg.injected_negative_share,
+            seed=cfg.seed,
+        )
+    else:
+        # The window ends where labels stop being mature, so it reaches back by the delay too.
+        delay = timedelta(days=cfg.attend_label_delay_days)
+        start -= delay
+        label_end = as_of - delay
+        rows, counts = attend_examples(spark, settings, start, as_of, label_delay=delay)
+    entity_df = _entity_frame(rows)
+    if entity_df.empty:
+        raise ValueError(
+            f"no {head} examples in [{start.isoformat()}, {as_of.isoformat()}): nothing to train on"
+        )
+    log.info("%s examples: %d rows %s", head, len(entity_df), counts.to_dict())
+
+    service_name = SERVICE_OF_HEAD[head]
+    features = service_feature_names(get_store(settings).get_feature_service(service_name))
+    # Only keys, the label instant and request inputs go to Feast: a label or meta column named
+    # like a feature (is_free) would make the join ambiguous.
+    joined = historical_features(settings, entity_df[[*KEY_COLUMNS, *REQUEST_COLUMNS]], service_name)
+    matrix = to_model_frame(joined, features, settings.index.embedding_dim)
+    meta = entity_df[[*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS]]
+    frame = _typed(pd.concat([meta.reset_index(drop=True), matrix.reset_index(drop=True)], axis=1))
+
+    path = training_set_path(settings, head)
+    description = {
+        "head": head,
+        "path": path,
+        "as_of": as_of.isoformat(),
+        "start": start.isoformat(),
+        "label_end": label_end.isoformat(),
+        "counts": counts.to_dict(),
+        "sources": versions,
+    }
+    (
+        # Through Arrow with the frame's own types: row-wise inference trips on nullable ints.
+        spark.createDataFrame(pa.Table.from_pandas(frame, preserve_index=False))
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .option("userMetadata", json.dumps(description, sort_keys=True))
+        .save(path)
+    )
+    version = table_version(spark, path)
+    log.info("training set %s version %d: %d rows", path, version, len(frame))
+    return TrainingSet(
+        head=head,
+        service=service_name,
+        path=path,
+        version=version,
+        as_of=as_of.isoformat(),
+        start=start.isoformat(),
+        label_end=label_end.isoformat(),
+        rows=len(frame),
+        counts=counts.to_dict(),
+        source_versions=versions,
+        columns=model_columns(features, settings.index.embedding_dim),
+    )
+
+
+def read_training_set(settings: Settings, head: str, version: int | None = None) -> tuple[pd.DataFrame, int]:
+    """One version of ``lake/training/<head>`` (the latest by default) as pandas, sorted by time."""
+    from pipelines.spark import get_spark
+
+    spark = get_spark(settings)
+    path = training_set_path(settings, head)
+    current = table_version(spark, path)
+    if current < 0:
+        raise FileNotFoundError(f"no training set at {path}: run `turnout train --head {head}` first")
+    v = current if version is None else version
+    frame: pd.DataFrame = spark.read.format("delta").option("versionAsOf", v).load(path).toPandas()
+    frame["event_timestamp"] = pd.to_datetime(frame["event_timestamp"]).dt.tz_localize("UTC")
+    return frame.sort_values(["event_timestamp", "example_id"], kind="stable").reset_index(drop=True), v
+
+
+def training_set_description(settings: Settings, head: str, version: int) -> dict[str, Any]:
+    """The metadata a build recorded with its Delta commit (as_of, counts, source versions)."""
+    from delta.tables import DeltaTable
+
+    from pipelines.spark import get_spark
+
+    spark = get_spark(settings)
+    history = DeltaTable.forPath(spark, training_set_path(settings, head)).history()
+    row = history.filter(f"version = {int(version)}").select("userMetadata").first()
+    if row is None or row[0] is None:
+        raise KeyError(f"training set {head} has no version {version} with metadata")
+    return dict(json.loads(row[0]))
+
+
+def split_training_set(settings: Settings, frame: pd.DataFrame, described: dict[str, Any]) -> Split:
+    """The temporal split of one recorded training set, from the window its build recorded."""
+    cfg = settings.training
+    calibration_start, test_start = split_boundaries(
+        datetime.fromisoformat(described["start"]),
+        datetime.fromisoformat(described["label_end"]),
+        cfg.calibration_start_fraction,
+        cfg.test_start_fraction,
+    )
+    return temporal_split(frame, calibration_start, test_start)

@@ -1,0 +1,217 @@
+"""Training end to end on real Spark, Delta, Feast, LightGBM and MLflow (SQLite), on a simulated world.
+
+One small world (simulate -> ingest -> gold -> tower -> embeddings -> feast apply) serves every
+test; heads are trained, registered, gated, promoted, rejected and rolled back against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conf import Settings
+from pipelines.simulator import SimulationConfig
+from tests.conftest import make_settings
+from tests.integration.training_world import build_training_world, history_end
+
+pytestmark = pytest.mark.integration
+
+CONFIG = SimulationConfig(users=700, days=20, seed=23)
+AS_OF = history_end(CONFIG)
+
+
+def with_training(settings: Settings, **changes: Any) -> Settings:
+    """The settings with some ``training`` fields replaced (gates by head: ``gates={...}``)."""
+    return settings.model_copy(update={"training": settings.training.model_copy(update=changes)})
+
+
+def lenient(settings: Settings) -> Settings:
+    from conf.settings import GateSettings
+
+    gate = GateSettings(ndcg_tolerance=1.0, max_ece=1.0, min_score_std=0.0)
+    return with_training(settings, gates={"rsvp": gate, "attend": gate})
+
+
+@dataclass
+class World:
+    settings: Settings
+    rsvp: dict[str, Any]  # first p_rsvp training report
+    attend: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def world(spark, tmp_path_factory: pytest.TempPathFactory) -> World:  # type: ignore[no-untyped-def]
+    from pipelines.training.train import train_head
+
+    settings = make_settings(tmp_path_factory.mktemp("training"))
+    assert build_training_world(settings, CONFIG) == AS_OF
+    ok = lenient(settings)
+    rsvp = train_head(ok, "rsvp", AS_OF)
+    attend = train_head(ok, "attend", AS_OF)
+    return World(settings, rsvp, attend)
+
+
+def test_training_set_counts_add_up_and_the_injection_is_corrected(spark, world: World) -> None:  # type: ignore[no-untyped-def]
+    from pipelines.training.sets import read_training_set, split_training_set, training_set_description
+
+    frame, version = read_training_set(world.settings, "rsvp", world.rsvp["training_set_version"])
+    described = training_set_description(world.settings, "rsvp", version)
+    counts = described["counts"]
+    untouched = counts["natural_negatives"] - counts["training_negatives"]  # calibration + test
+    assert len(frame) == (
+        counts["natural_positives"] + untouched + counts["kept_negatives"] + counts["injected_negatives"]
+    )
+    assert int(frame["label"].sum()) == counts["natural_positives"]
+    # About 20% of training negatives are injected; the correction uses the exact counts.
+    negatives = counts["kept_negatives"] + counts["injected_negatives"]
+    assert counts["injected_negatives"] / negatives == pytest.approx(0.2, abs=0.01)
+    assert world.rsvp["metrics"]["odds_factor"] == pytest.approx(
+        1 + counts["injected_per_negative"], abs=1e-5
+    )
+    injected = frame[frame["is_injected"] == 1]
+    assert (injected["label"] == 0).all() and (injected["rsvped"] == 0).all()
+    # Injected (and downsampled) rows only ever train: calibration and test are natural impressions.
+    split = split_training_set(world.settings, frame, described)
+    assert (injected["event_timestamp"] < split.calibration_start).all()
+    # Every silver and gold input is pinned to a Delta version.
+    assert set(described["sources"]) >= {"silver.impressions", "silver.rsvps", "gold.event_dynamics"}
+    assert all(v >= 0 for v in described["sources"].values())
+    # Label instants lie in the window and before the day whose same-day labels are incomplete.
+    t = frame["event_timestamp"]
+    assert t.max() < AS_OF - timedelta(days=1) and t.min() >= AS_OF - timedelta(days=21)
+
+
+def test_labels_match_a_brute_force_reading_of_silver(spark, world: World) -> None:  # type: ignore[no-untyped-def]
+    from pipelines.training.sets import read_training_set
+
+    frame, _ = read_training_set(world.settings, "rsvp", world.rsvp["training_set_version"])
+    impressions = (
+        spark.read.format("delta").load(world.settings.lake.table_path("silver", "impressions")).toPandas()
+    )
+    rsvps = spark.read.format("delta").load(world.settings.lake.table_path("silver", "rsvps")).toPandas()
+    first = rsvps.groupby(["user_id", "event_id"])["rsvp_at"].min()
+    natural = frame[frame["is_injected"] == 0].sample(500, random_state=1)
+    served = impressions.set_index("impression_id").loc[natural["example_id"], "served_at"]
+    for (_, row), at in zip(natural.iterrows(), served, strict=True):
+        rsvp_at = first.get((row["user_id"], row["event_id"]))
+        expected = rsvp_at is not None and at <= rsvp_at < at + timedelta(days=1)
+        assert row["label"] == int(expected), row["example_id"]
+
+
+def test_attend_head_learns_only_from_labels_nine_days_old(world: World) -> None:
+    from pipelines.training.sets import read_training_set
+
+    frame, _ = read_training_set(world.settings, "attend", world.attend["training_set_version"])
+    assert frame["event_timestamp"].max() < AS_OF - timedelta(days=9)
+    assert frame["rsvped"].eq(1).all() and frame["label"].isin([0, 1]).all()
+    assert 0.3 < frame["label"].mean() < 0.9  # follow-through, not an RSVP rate
+
+
+def test_first_heads_become_champions_with_a_full_mlflow_record(world: World) -> None:
+    from mlflow import MlflowClient
+
+    from pipelines.training.registry import configure, model_name
+
+    for report, head in ((world.rsvp, "rsvp"), (world.attend, "attend")):
+        assert report["promoted"] and report["reason"] == "all gates passed"
+        client: MlflowClient = configure(world.settings)
+        run = client.get_run(report["run_id"])
+        assert (
+            run.data.tags["feature_schema_hash"] and run.data.tags["model_sha256"] == report["model_sha256"]
+        )
+        assert run.data.params["training_set_version"] == str(report["training_set_version"])
+        assert "data.silver.impressions" in run.data.tags and "test_auc" in run.data.metrics
+        artifacts = {a.path for a in client.list_artifacts(report["run_id"], "report")}
+        assert {"report/reliability.png", "report/importance.png", "report/training_set.json"} <= artifacts
+        champion = client.get_model_version_by_alias(model_name(world.settings, head), "champion")
+        assert champion.run_id == report["run_id"]
+        assert report["metrics"]["test_auc"] > 0.6
+
+
+def test_the_odds_correction_restores_the_rate_and_the_leak_shows(world: World) -> None:
+    m = world.rsvp["metrics"]
+    # Hard zeros pull predictions down; the correction (then isotonic) brings the mean back.
+    assert m["calibration_predicted_over_observed_uncorrected"] < 1.0
+    assert m["test_ece"] < 0.02
+    # A random split lets impressions of one event sit on both sides: it flatters the model.
+    assert m["leak_auc_random"] > m["leak_auc_temporal"]
+
+
+def test_downsampling_without_correction_is_off_by_the_predicted_factor(world: World) -> None:
+    """Keep half the natural negatives, inject none: odds double, and the correction halves them."""
+    from pipelines.training.train import train_head
+
+    halved = with_training(lenient(world.settings), negative_keep_rate=0.5, injected_negative_share=0.0)
+    report = train_head(halved, "rsvp", AS_OF)
+    m = report["metrics"]
+    assert m["odds_factor"] == pytest.approx(0.5, abs=0.02)
+    assert m["calibration_predicted_over_observed_uncorrected"] == pytest.approx(2.0, rel=0.2)
+    assert m["calibration_predicted_over_observed_odds_corrected"] == pytest.approx(1.0, rel=0.15)
+
+
+def test_a_failed_gate_leaves_the_champion_and_rollback_restores_previous(world: World) -> None:
+    from conf.settings import GateSettings
+    from pipelines.training.registry import CHAMPION, PREVIOUS, alias_version, configure, model_name, rollback
+    from pipelines.training.train import train_head
+
+    client = configure(world.settings)
+    name = model_name(world.settings, "rsvp")
+    before = alias_version(client, name, CHAMPION).version
+    strict = with_training(
+        world.settings, gates={"rsvp": GateSettings(max_ece=1e-9), "attend": GateSettings(max_ece=1.0)}
+    )
+    rejected = train_head(strict, "rsvp", training_set_version=world.rsvp["training_set_version"])
+    assert not rejected["promoted"] and "ECE" in rejected["reason"]
+    assert alias_version(client, name, CHAMPION).version == before
+    tags = client.get_model_version(name, rejected["version"]).tags
+    assert tags["promotion.decision"] == "rejected" and "ECE" in tags["promotion.reason"]
+
+    promoted = train_head(
+        lenient(world.settings), "rsvp", training_set_version=world.rsvp["training_set_version"]
+    )
+    assert promoted["promoted"]
+    assert alias_version(client, name, PREVIOUS).version == before
+    back = rollback(world.settings, "rsvp")
+    assert back["champion"] == before and alias_version(client, name, CHAMPION).version == before
+
+
+def test_retraining_from_the_recorded_training_set_gives_the_same_model(world: World) -> None:
+    from pipelines.training.train import train_head
+
+    again = train_head(
+        lenient(world.settings), "rsvp", training_set_version=world.rsvp["training_set_version"]
+    )
+    assert again["model_sha256"] == world.rsvp["model_sha256"]
+    assert again["metrics"]["test_auc"] == world.rsvp["metrics"]["test_auc"]
+
+
+def test_the_registered_champion_loads_without_pickle_and_scores_like_training(world: World) -> None:
+    from pipelines.training.registry import load_head
+    from pipelines.training.sets import read_training_set
+
+    loaded = load_head(world.settings, "attend")
+    assert loaded is not None
+    head, version = loaded
+    assert head.model_sha256() == world.attend["model_sha256"]
+    frame, _ = read_training_set(world.settings, "attend")
+    p = head.predict(frame)
+    assert np.isfinite(p).all() and p.min() >= 0 and p.max() <= 1
+
+
+def test_evaluate_sets_the_champion_beside_the_baselines(world: World) -> None:
+    from pipelines.training.evaluate import MODELS, evaluate
+
+    report = evaluate(world.settings, requests=60)
+    models = report["models"]
+    assert set(models) == set(MODELS)
+    for row in models.values():
+        assert {"ndcg_at_25", "expected_attendance_at_25", "expected_rsvps_at_25", "ece"} <= set(row)
+    att = {name: row["expected_attendance_at_25"] for name, row in models.items()}
+    assert att["oracle"] >= max(att.values()) - 1e-12  # the ceiling
+    assert att["champion"] > att["random"]
+    assert report["candidates_per_request"] > 25
+    assert models["oracle"]["ndcg_at_25"] > models["random"]["ndcg_at_25"]
