@@ -367,5 +367,64 @@ def schema() -> None:
     out.print(render_markdown(), markup=False, highlight=False, soft_wrap=True)
 
 
+@app.command()
+def serve(
+    synthetic_events: Annotated[
+        int, typer.Option(help="Serve a synthetic dense-metro world of this many events (in-process).")
+    ] = 2000,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+) -> None:
+    """Start the feed API (GET /v1/feed, /healthz, /metrics) over a synthetic world.
+
+    Serving from the published index, the registry champions and the online store is not wired
+    yet (issue 6); this runs the same app and request path on in-process synthetic parts.
+    """
+    import uvicorn
+
+    from serving.app import create_app
+    from serving.impressions import LandingImpressionLog
+    from serving.synthetic import make_head, make_state, make_world
+
+    settings = _settings(None)
+    world = make_world(n_events=synthetic_events, n_users=200)
+    # Synthetic impressions go beside, never into, the real landing zone ingestion reads.
+    log_root = settings.home / "serving-synthetic" / "landing"
+    state = make_state(
+        world,
+        (make_head("rsvp", rounds=100), make_head("attend", rounds=100)),
+        impressions=LandingImpressionLog(log_root),
+    )
+    state.clock = lambda: world.now  # the synthetic catalog is live as of its own instant
+    err.print(
+        f"serving {len(world.snapshot)} synthetic events as of {world.now.isoformat()} on http://{host}:{port}"
+    )
+    uvicorn.run(create_app(state), host=host, port=port, log_level="info")
+
+
+@app.command("bench-serving")
+def bench_serving(
+    requests: Annotated[int, typer.Option(help="Feed requests to time.")] = 200,
+    events: Annotated[
+        int, typer.Option(help="Synthetic events in the dense metro (cap 15,000 per request).")
+    ] = 20_000,
+    as_json: JsonFlag = False,
+) -> None:
+    """Time feed requests on a dense synthetic metro, per stage, beside stock LightGBM full scoring."""
+    from serving.bench import run_bench
+
+    report = run_bench(requests=requests, events=events)
+    table = Table(title=f"{report['requests']} feed requests, candidates p50 {report['candidates_p50']}")
+    for col in ("stage", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for name, v in report["stages_ms"].items():
+        table.add_row(name, f"{v['p50']:.2f}", f"{v['p99']:.2f}")
+    table.add_row("total (feed path)", f"{report['p50_ms']:.2f}", f"{report['p99_ms']:.2f}")
+    b = report["baseline_full_lightgbm_ms"]
+    table.add_row("stock LightGBM, both heads, all candidates", f"{b['p50']:.2f}", f"{b['p99']:.2f}")
+    err.print(table)
+    _emit(report, as_json)
+
+
 if __name__ == "__main__":
     app()

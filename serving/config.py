@@ -1,0 +1,32 @@
+"""Serving knobs in one frozen object, so the app, the tests and the benchmark share defaults.
+
+They live here rather than in ``conf/`` for now: a ``serving:`` section in the settings profiles
+is the natural home once the service runs beside the DAGs (see the serving issue).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    feed_size: int = 25  # the home feed; the last slot is the exploration slot
+    weekend_size: int = 6  # "near you this weekend"
+    weekend_radius_km: float = 16.09  # 10 miles: "near you" is closer than the feed's 25 miles
+    max_per_organizer: int = 2
+    # MMR trade-off: 1.0 is pure score, 0.0 pure novelty. Similarity is 1 for the same organizer,
+    # 0.5 for the same category (organizers mostly stick to a category, so organizer dominates).
+    mmr_lambda: float = 0.8
+    mmr_pool: int = 300  # MMR looks at the best this-many by score; the 25 come from well inside it
+    # The funnel: the first this-many trees of the p_rsvp head rank every candidate, and only the
+    # best ``prefilter_keep`` go on to both full heads (design/large-scale-recsys.md).
+    prefilter_trees: int = 30
+    prefilter_keep: int = 1500
+    # Organizers with at most this many completed events count as cold for the exploration slot.
+    cold_organizer_max_events: int = 2
+    # LightGBM threads per request: 1 keeps a 2-core box serving two requests at once.
+    num_threads: int = 1
+    # A user row older than this is treated as missing (Feast does not apply TTL online).
+    max_online_age_hours: int = 48
+    user_cache_size: int = 50_000  # last good user rows, served when the online store is down

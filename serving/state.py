@@ -1,0 +1,228 @@
+"""Everything a feed request reads, in one object the app factory takes (tests hand in fakes).
+
+Each dependency can fail on its own, and each failure has a defined fallback that keeps the feed
+non-empty and says so (``served_by``): the model holder keeps the last good model and refuses
+one trained on another feature schema; the snapshot keeps serving when a refresh fails; the
+user-row source falls back to the last good row it saw, then to the cold-start path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import numpy as np
+
+from models.heads import SERVICE_OF_HEAD, Head, Scorer
+from pipelines.index.geo import GeoIndex
+from serving.availability import AvailabilityStore, Blocked
+from serving.config import ServingConfig
+from serving.features import UserRow
+from serving.impressions import ImpressionSink
+from serving.snapshot import I64, EventSnapshot
+
+log = logging.getLogger(__name__)
+
+
+class UserSource(Protocol):
+    """The online store's user row (None: no such user) and the user's friends."""
+
+    def get(self, user_id: str, now: datetime) -> UserRow | None: ...
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    scorer: Scorer
+    version: str  # e.g. "rsvp:v3+attend:v2": what the impression log records
+
+
+class ModelHolder:
+    """The serving model, swapped only for one whose feature schema matches what serving fetches.
+
+    ``expected_hashes`` maps a feature service to the schema hash of what the online store can
+    serve for it; a head trained on another schema would read columns that mean something else
+    (or nothing), so it is refused and the last good model keeps serving.
+    """
+
+    def __init__(self, expected_hashes: dict[str, str] | None = None) -> None:
+        self.expected_hashes = dict(expected_hashes or {})
+        self.current: LoadedModel | None = None
+        self.last_refusal: str | None = None
+        self._lock = threading.Lock()
+
+    def offer(self, rsvp: Head, attend: Head | None, version: str) -> bool:
+        """Install ``rsvp`` (+ ``attend``) unless a head's schema hash differs from the expected one."""
+        for head in (rsvp, attend):
+            if head is None:
+                continue
+            service = SERVICE_OF_HEAD[head.name]
+            expected = self.expected_hashes.get(service)
+            if expected is not None and head.schema_hash != expected:
+                self.last_refusal = (
+                    f"{version}: head {head.name} was trained on schema {head.schema_hash[:12]}, "
+                    f"the online store serves {service} as {expected[:12]}; keeping "
+                    f"{self.current.version if self.current else 'no model'}"
+                )
+                log.error("refused model %s", self.last_refusal)
+                return False
+        with self._lock:
+            self.current = LoadedModel(Scorer(rsvp, attend), version)
+        log.info("serving model %s", version)
+        return True
+
+
+class CachedUserSource:
+    """Wraps a user source: remembers the last good row per user for when the store is down.
+
+    Returns ``(row, status)`` with status ``ok``, ``cached`` (store down, last good row) or
+    ``unavailable`` (store down, never seen: cold-start path).
+    """
+
+    def __init__(self, inner: UserSource, capacity: int) -> None:
+        self.inner = inner
+        self.capacity = capacity
+        self._rows: OrderedDict[str, UserRow | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str, now: datetime) -> tuple[UserRow | None, str]:
+        try:
+            row = self.inner.get(user_id, now)
+        except Exception as e:  # any store failure: the feed must still be served
+            log.warning("online store read for user %s failed: %s", user_id, e)
+            with self._lock:
+                if user_id in self._rows:
+                    return self._rows[user_id], "cached"
+            return None, "unavailable"
+        with self._lock:
+            self._rows[user_id] = row
+            self._rows.move_to_end(user_id)
+            while len(self._rows) > self.capacity:
+                self._rows.popitem(last=False)
+        return row, "ok"
+
+
+@dataclass
+class Component:
+    """One dependency's health as /healthz reports it."""
+
+    status: str = "ok"  # ok | degraded | down
+    detail: str = ""
+    since: float = field(default_factory=time.time)
+
+    def set(self, status: str, detail: str = "") -> None:
+        if status != self.status:
+            self.since = time.time()
+        self.status, self.detail = status, detail
+
+
+@dataclass
+class ServingState:
+    """The parts of one serving process; swapped atomically by refreshes, read by requests."""
+
+    config: ServingConfig
+    snapshot: EventSnapshot
+    models: ModelHolder
+    users: CachedUserSource
+    availability: AvailabilityStore
+    impressions: ImpressionSink
+    index: GeoIndex | None = None
+    index_version: str | None = None
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    seed: int = 0
+    refresh_snapshot_fn: Callable[[], EventSnapshot] | None = None
+    refresh_models_fn: Callable[[ModelHolder], None] | None = None
+    health: dict[str, Component] = field(default_factory=dict)
+    # Last sold-out/cancelled set read successfully: used (and reported) when the counter is down.
+    last_unavailable: frozenset[str] = frozenset()
+    _rows_cache: tuple[int, int, I64] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("index", "snapshot", "model", "online_store", "availability", "impression_log"):
+            self.health.setdefault(name, Component())
+        if self.index is None:
+            self.health["index"].set("down", "no published index loaded: retrieval scans the snapshot")
+        if self.models.current is None:
+            self.health["model"].set("down", "no model loaded: serving metro popularity")
+
+    def index_rows(self, index: GeoIndex) -> I64:
+        """Snapshot row of each index posting (-1: not in the snapshot), cached per pair."""
+        key = (id(index), id(self.snapshot))
+        cached = self._rows_cache
+        if cached is None or cached[:2] != key:
+            cached = (*key, self.snapshot.rows_for(np.asarray(index.event_ids)))
+            self._rows_cache = cached
+        return cached[2]
+
+    def refresh_snapshot(self) -> bool:
+        """Swap in a fresh snapshot; on failure keep serving the last one and report it."""
+        if self.refresh_snapshot_fn is None:
+            return False
+        try:
+            fresh = self.refresh_snapshot_fn()
+        except Exception as e:
+            log.warning(
+                "snapshot refresh failed, keeping the snapshot from %s: %s", self.snapshot.built_at_s, e
+            )
+            self.health["online_store"].set("down", f"snapshot refresh failed: {e}")
+            self.health["snapshot"].set("degraded", "serving the last good snapshot")
+            return False
+        self.snapshot = fresh
+        self.health["online_store"].set("ok")
+        self.health["snapshot"].set("ok")
+        return True
+
+    def refresh_models(self) -> None:
+        """Ask the registry for the champions (the caller's function offers them to the holder)."""
+        if self.refresh_models_fn is None:
+            return
+        try:
+            self.refresh_models_fn(self.models)
+        except Exception as e:
+            log.warning("model refresh failed, keeping %s: %s", self.model_version(), e)
+            self.health["model"].set("degraded", f"registry unreachable: {e}")
+            return
+        if self.models.last_refusal:
+            self.health["model"].set("degraded", f"refused: {self.models.last_refusal}")
+        elif self.models.current is not None:
+            self.health["model"].set("ok", self.models.current.version)
+
+    def model_version(self) -> str:
+        return self.models.current.version if self.models.current else "popularity"
+
+    def blocked(self, user_id: str | None) -> tuple[Blocked, bool]:
+        """The hard-filter sets and whether they came from the live counter."""
+        try:
+            b = self.availability.blocked(user_id)
+        except Exception as e:
+            log.warning("availability store read failed: %s", e)
+            self.health["availability"].set("down", str(e))
+            return Blocked(self.last_unavailable, frozenset()), False
+        self.last_unavailable = b.unavailable
+        self.health["availability"].set("ok")
+        return b, True
+
+    def friends_going(self, friends: tuple[str, ...]) -> dict[str, int]:
+        try:
+            return self.availability.friends_going(list(friends))
+        except Exception as e:
+            log.warning("friends-going read failed: %s", e)
+            return {}
+
+    def health_report(self) -> dict[str, Any]:
+        now = time.time()
+        components = {
+            name: {"status": c.status, "detail": c.detail, "since_s": round(now - c.since, 1)}
+            for name, c in self.health.items()
+        }
+        components["snapshot"]["events"] = len(self.snapshot)
+        components["snapshot"]["age_s"] = round(now - self.snapshot.built_at_s, 1)
+        components["index"]["version"] = self.index_version
+        components["model"]["version"] = self.model_version()
+        status = "ok" if all(c.status == "ok" for c in self.health.values()) else "degraded"
+        return {"status": status, "components": components}
