@@ -79,6 +79,10 @@ class FeastSettings(_Strict):
     online_store: dict[str, str]
     # Online rows older than this are treated as missing by serving (Feast does not filter by TTL online).
     max_online_age_hours: int = Field(48, ge=1)
+    # Where the Spark offline store writes a point-in-time join's result as Parquet for the
+    # driver to read (a local path or s3://): collecting a training set through the driver's
+    # JVM instead needs the whole result on its heap.
+    staging_location: str
 
 
 class MlflowSettings(_Strict):

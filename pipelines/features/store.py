@@ -74,7 +74,7 @@ def repo_config_dict(settings: Settings, offline: bool = True) -> dict[str, Any]
     """
     from pipelines.spark import spark_conf
 
-    offline_store: dict[str, Any] = {"type": "spark"}
+    offline_store: dict[str, Any] = {"type": "spark", "staging_location": settings.feast.staging_location}
     if offline:
         offline_store["spark_conf"] = spark_conf(settings)
     return {
@@ -516,9 +516,25 @@ def historical_features(
     job = store.get_historical_features(
         entity_df=numbered, features=refs, filter_by_created_timestamp=filter_by_created
     )
-    frame = job.to_df().sort_values(_ROW).set_index(_ROW)
+    # to_arrow goes through the staging location (Spark writes Parquet, pyarrow reads it);
+    # to_df would collect the whole result on the driver's JVM heap first.
+    _clear_old_staging(settings)
+    frame = job.to_arrow().to_pandas().sort_values(_ROW).set_index(_ROW)
     frame.index = entity_df.index
     return frame[[*entity_df.columns, *names]]
+
+
+def _clear_old_staging(settings: Settings, older_than_s: float = 6 * 3600) -> None:
+    """Remove join results a local staging folder kept from earlier reads (Feast never does)."""
+    import shutil
+    import time
+
+    root = Path(settings.feast.staging_location)
+    if not settings.feast.staging_location.startswith("/") or not root.is_dir():
+        return
+    for child in root.iterdir():
+        if child.is_dir() and time.time() - child.stat().st_mtime > older_than_s:
+            shutil.rmtree(child, ignore_errors=True)
 
 
 def online_features(

@@ -163,6 +163,8 @@ def build_training_set(
         label_end = as_of - delay
         rows, counts = attend_examples(spark, settings, start, as_of, label_delay=delay)
     entity_df = _entity_frame(rows)
+    # The labelled frames were cached for their counts; the driver needs the heap for the join.
+    spark.catalog.clearCache()
     if entity_df.empty:
         raise ValueError(
             f"no {head} examples in [{start.isoformat()}, {as_of.isoformat()}): nothing to train on"

@@ -20,8 +20,8 @@ def history_end(config: SimulationConfig) -> datetime:
 def build_training_world(settings: Settings, config: SimulationConfig) -> datetime:
     """Simulate -> ingest -> gold as of the history's end -> tower -> embeddings -> apply.
 
-    The tower is trained six days into the history, before any training window starts, so every
-    label instant sees embeddings (as in production, where the tower predates the events).
+    The tower is trained as early as the co-RSVP pairs allow (from day six on), so most label
+    instants see embeddings (as in production, where the tower predates the events).
     Returns the history's end, the ``as_of`` to train at.
     """
     as_of = history_end(config)
@@ -29,9 +29,12 @@ def build_training_world(settings: Settings, config: SimulationConfig) -> dateti
     ingest_bronze(settings, None, None, run_id="world")
     build_silver(settings, None, None, run_id="world")
     build_gold(settings, None, as_of, run_id="world")
-    tower = train_content_tower(settings, config.start + timedelta(days=6))
-    if tower["status"] != "published":
-        raise RuntimeError(f"tower not published: {tower}")
+    for day in range(6, config.days, 2):  # the earliest day with enough co-RSVP pairs
+        tower = train_content_tower(settings, config.start + timedelta(days=day))
+        if tower["status"] == "published":
+            break
+    else:
+        raise RuntimeError(f"tower never published: {tower}")
     embed_new_events(settings, as_of)
     apply_definitions(settings)
     return as_of
