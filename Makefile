@@ -38,7 +38,7 @@ jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, 
 lock: ## Re-resolve requirements.lock from pyproject.toml.
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
 
-demo: setup ## Simulate, ingest, gold features, tower + index, materialize, train both heads, evaluate.
+demo: setup ## Simulate, ingest, gold features, tower + index, materialize, train both heads, evaluate, serve a feed.
 	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7 --overwrite
 	$(BIN)/turnout ingest
 	$(BIN)/turnout features --end $(DEMO_NOW)
@@ -48,6 +48,7 @@ demo: setup ## Simulate, ingest, gold features, tower + index, materialize, trai
 	$(BIN)/turnout train --head rsvp --now $(DEMO_NOW)
 	$(BIN)/turnout train --head attend --now $(DEMO_NOW)
 	$(BIN)/turnout evaluate
+	$(BIN)/turnout feed --user-id u0000001 --now $(DEMO_NOW)
 
 lint: setup ## ruff.
 	$(BIN)/ruff check .

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,3 +31,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return make_settings(tmp_path / "home")
+
+
+@pytest.fixture(scope="session")
+def trained_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A simulated world with both heads promoted, the index published and features online."""
+    from tests.integration.training_world import build_trained_world
+
+    return build_trained_world(make_settings(tmp_path_factory.mktemp("trained-world")))

@@ -26,7 +26,7 @@ def test_train_dags_are_wired_as_documented(dagbag: DagBag) -> None:
     rsvp, attend = dagbag.get_dag("train_rsvp"), dagbag.get_dag("train_attend")
     assert rsvp is not None and attend is not None
     # train_rsvp waits on the asset the features DAG updates after materializing.
-    assert [a.uri for a in rsvp.timetable.asset_condition.iter_assets().values()] == [GOLD_FEATURES.uri]
+    assert [a.name for a in rsvp.timetable.asset_condition.objects] == [GOLD_FEATURES.name]
     features = dagbag.get_dag("features")
     assert features is not None and GOLD_FEATURES in features.task_dict["materialize"].outlets
     assert attend.task_dict["train"].upstream_task_ids == {"as_of", "wait_for_features"}
@@ -54,6 +54,7 @@ def test_as_of_comes_from_the_asset_then_the_conf_then_the_interval() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(2400)  # builds its own small world first
 def test_hourly_rsvp_then_weekly_attend_train_and_promote(  # type: ignore[no-untyped-def]
     airflow_env: AirflowTestEnv, dagbag: DagBag, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,53 +6,22 @@ test; heads are trained, registered, gated, promoted, rejected and rolled back a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import numpy as np
 import pytest
 
-from conf import Settings
-from pipelines.simulator import SimulationConfig
-from tests.conftest import make_settings
-from tests.integration.training_world import build_training_world, history_end
+from tests.integration.training_world import AS_OF, TrainedWorld, lenient, with_training
 
-pytestmark = pytest.mark.integration
+# The shared world is built inside the first test's time budget.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
-CONFIG = SimulationConfig(users=700, days=20, seed=23)
-AS_OF = history_end(CONFIG)
+World = TrainedWorld
 
 
-def with_training(settings: Settings, **changes: Any) -> Settings:
-    """The settings with some ``training`` fields replaced (gates by head: ``gates={...}``)."""
-    return settings.model_copy(update={"training": settings.training.model_copy(update=changes)})
-
-
-def lenient(settings: Settings) -> Settings:
-    from conf.settings import GateSettings
-
-    gate = GateSettings(ndcg_tolerance=1.0, max_ece=1.0, min_score_std=0.0)
-    return with_training(settings, gates={"rsvp": gate, "attend": gate})
-
-
-@dataclass
-class World:
-    settings: Settings
-    rsvp: dict[str, Any]  # first p_rsvp training report
-    attend: dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def world(spark, tmp_path_factory: pytest.TempPathFactory) -> World:  # type: ignore[no-untyped-def]
-    from pipelines.training.train import train_head
-
-    settings = make_settings(tmp_path_factory.mktemp("training"))
-    assert build_training_world(settings, CONFIG) == AS_OF
-    ok = lenient(settings)
-    rsvp = train_head(ok, "rsvp", AS_OF)
-    attend = train_head(ok, "attend", AS_OF)
-    return World(settings, rsvp, attend)
+@pytest.fixture
+def world(trained_world: TrainedWorld) -> TrainedWorld:
+    return trained_world
 
 
 def test_training_set_counts_add_up_and_the_injection_is_corrected(spark, world: World) -> None:  # type: ignore[no-untyped-def]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from conf import Settings
 from pipelines.features.jobs import build_gold
@@ -38,3 +40,43 @@ def build_training_world(settings: Settings, config: SimulationConfig) -> dateti
     embed_new_events(settings, as_of)
     apply_definitions(settings)
     return as_of
+
+
+# The world the training and live-serving tests share (built once per session: ~5 minutes).
+CONFIG = SimulationConfig(users=700, days=20, seed=23)
+AS_OF = history_end(CONFIG)
+
+
+def with_training(settings: Settings, **changes: Any) -> Settings:
+    """The settings with some ``training`` fields replaced (gates by head: ``gates={...}``)."""
+    return settings.model_copy(update={"training": settings.training.model_copy(update=changes)})
+
+
+def lenient(settings: Settings) -> Settings:
+    """Gates that always pass: for tests about what happens after a promotion."""
+    from conf.settings import GateSettings
+
+    gate = GateSettings(ndcg_tolerance=1.0, max_ece=1.0, min_score_std=0.0)
+    return with_training(settings, gates={"rsvp": gate, "attend": gate})
+
+
+@dataclass
+class TrainedWorld:
+    settings: Settings
+    rsvp: dict[str, Any]  # the first p_rsvp training report (version 1, champion)
+    attend: dict[str, Any]
+
+
+def build_trained_world(settings: Settings) -> TrainedWorld:
+    """``CONFIG``'s world with both heads trained and promoted, the index published, features online."""
+    from pipelines.features.store import materialize
+    from pipelines.index.run import build_and_publish_index
+    from pipelines.training.train import train_head
+
+    assert build_training_world(settings, CONFIG) == AS_OF
+    ok = lenient(settings)
+    rsvp = train_head(ok, "rsvp", AS_OF)
+    attend = train_head(ok, "attend", AS_OF)
+    build_and_publish_index(settings, AS_OF)
+    materialize(settings, end=AS_OF)
+    return TrainedWorld(settings, rsvp, attend)

@@ -33,13 +33,17 @@ def test_model_frame_spreads_the_embedding_and_turns_missing_into_nan() -> None:
     )
     features = ["history_depth", "embedding", "is_free"]
     x = to_model_frame(frame, features, embedding_dim=3)
-    assert list(x.columns) == model_columns(features, 3) == [
-        "history_depth",
-        "embedding_0",
-        "embedding_1",
-        "embedding_2",
-        "is_free",
-    ]
+    assert (
+        list(x.columns)
+        == model_columns(features, 3)
+        == [
+            "history_depth",
+            "embedding_0",
+            "embedding_1",
+            "embedding_2",
+            "is_free",
+        ]
+    )
     assert x.dtypes.eq(np.float64).all()
     assert x.iloc[0].tolist() == [3.0, 0.5, -1.0, 2.0, 1.0]
     assert np.isnan(x.iloc[1][["history_depth", "embedding_0"]]).all()
@@ -112,7 +116,9 @@ def test_scorer_multiplies_the_heads_and_a_missing_head_counts_as_one() -> None:
 
 def _frame(n: int = 2000) -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    ts = pd.Timestamp("2026-10-01", tz="UTC") + pd.to_timedelta(np.sort(rng.integers(0, 28 * 86400, n)), unit="s")
+    ts = pd.Timestamp("2026-10-01", tz="UTC") + pd.to_timedelta(
+        np.sort(rng.integers(0, 28 * 86400, n)), unit="s"
+    )
     created = ts.map(pd.Timestamp.timestamp).to_numpy() - rng.integers(0, 10 * 86400, n)
     return pd.DataFrame(
         {
