@@ -22,7 +22,15 @@ import pandas as pd
 
 from conf import Settings
 from models.calibration import SamplingCorrection, fit_segment_calibrators
-from models.heads import DEFAULT_PARAMS, SERVICE_OF_HEAD, Head, Scorer, fit_booster, segments
+from models.heads import (
+    DEFAULT_PARAMS,
+    SERVICE_OF_HEAD,
+    Head,
+    Scorer,
+    fit_booster,
+    model_columns,
+    segments,
+)
 from models.promotion import CandidateReport, Gates, should_promote
 from pipelines.training import registry
 from pipelines.training.report import (
@@ -141,8 +149,10 @@ def train_head(
     Returns ``{"run_id", "version", "metrics", "promoted", "reason", ...}``.
     """
     import mlflow
+    from lightgbm import __version__ as lgb_version
 
-    from pipelines.features.store import get_store, schema_hash
+    from features.repo import FEATURE_SERVICES
+    from pipelines.features.store import get_store, schema_hash, service_feature_names, service_schema_hash
 
     def step(i: int) -> None:
         if progress:
@@ -163,13 +173,9 @@ def train_head(
         keep_rate=float(counts["keep_rate"]), injected_per_negative=float(counts["injected_per_negative"])
     )
     service = SERVICE_OF_HEAD[head]
-    from features.repo import FEATURE_SERVICES
-    from pipelines.features.store import service_feature_names, service_schema_hash
-
+    # The declared service (features/), not the registry's: the model carries what it was built on.
     declared = {s.name: s for s in FEATURE_SERVICES}[service]
     features = service_feature_names(declared)
-    from models.heads import model_columns
-
     columns = model_columns(features, settings.index.embedding_dim)
     problems = validate_inputs(frame, columns, datetime.fromisoformat(described["as_of"]))
     split = split_training_set(settings, frame, described)
@@ -308,13 +314,11 @@ def train_head(
             )
             mlflow.log_artifacts(str(d), artifact_path="report")
             trained.save(d / "head")
-            import lightgbm
-
             mlflow.lightgbm.log_model(
                 booster,
                 name="model",
                 extra_files=[str(d / "head" / "head.json")],
-                pip_requirements=[f"lightgbm=={lightgbm.__version__}"],
+                pip_requirements=[f"lightgbm=={lgb_version}"],
             )
         run_id = run.info.run_id
     model_version = registry.register(settings, run_id, head)
