@@ -126,6 +126,22 @@ def _utc_offset_minutes(instant: Column, zone: Column) -> Column:
     return ((F.unix_timestamp(local) - F.unix_timestamp(instant)) / 60).cast("long")
 
 
+def _keyed(example_id: Column, at: Column) -> list[Column | str]:
+    """The columns every example row starts with: its id, the Feast join keys, its instant."""
+    return [
+        example_id.alias("example_id"),
+        "user_id",
+        "event_id",
+        "organizer_id",
+        "venue_id",
+        "series_id",
+        "market_key",
+        at.alias("event_timestamp"),
+        "timezone",
+        "request_id",
+    ]
+
+
 def _with_request(rows: DataFrame, users: DataFrame) -> DataFrame:
     """Request context: the user's home (impressions do not log a position) at the label instant."""
     from pyspark.sql import functions as F
@@ -230,16 +246,7 @@ def rsvp_examples(
         .join(events, "event_id", "inner")
         .join(_outcomes(spark, settings, as_of), ["user_id", "event_id"], "left")
         .select(
-            F.col("impression_id").alias("example_id"),
-            "user_id",
-            "event_id",
-            "organizer_id",
-            "venue_id",
-            "series_id",
-            "market_key",
-            F.col("served_at").alias("event_timestamp"),
-            "timezone",
-            "request_id",
+            *_keyed(F.col("impression_id"), F.col("served_at")),
             "label",
             F.lit(0).alias("is_injected"),
             F.col("is_exploration").cast("int").alias("is_exploration"),
@@ -364,16 +371,7 @@ def _injected_negatives(
     ).filter("_n = 1")
     trimmed = first.withColumn("_r", F.rand(seed + 2)).orderBy("_r").limit(int(round(wanted)))
     return trimmed.select(
-        F.concat(F.col("example_id"), F.lit("#inj")).alias("example_id"),
-        "user_id",
-        "event_id",
-        "organizer_id",
-        "venue_id",
-        "series_id",
-        "market_key",
-        "event_timestamp",
-        "timezone",
-        "request_id",
+        *_keyed(F.concat(F.col("example_id"), F.lit("#inj")), F.col("event_timestamp")),
         F.lit(0).alias("label"),
         F.lit(1).alias("is_injected"),
         F.lit(0).alias("is_exploration"),
@@ -409,16 +407,7 @@ def attend_examples(
         rsvps.join(events, "event_id", "inner")
         .join(_outcomes(spark, settings, as_of), ["user_id", "event_id"], "left")
         .select(
-            F.col("rsvp_id").alias("example_id"),
-            "user_id",
-            "event_id",
-            "organizer_id",
-            "venue_id",
-            "series_id",
-            "market_key",
-            F.col("rsvp_at").alias("event_timestamp"),
-            "timezone",
-            "request_id",
+            *_keyed(F.col("rsvp_id"), F.col("rsvp_at")),
             F.col("attended").alias("label"),
             F.lit(0).alias("is_injected"),
             F.lit(0).alias("is_exploration"),

@@ -93,13 +93,7 @@ def source_versions(spark: Any, settings: Settings) -> dict[str, int]:
 
 
 _STRINGS = (
-    "example_id",
-    "user_id",
-    "event_id",
-    "organizer_id",
-    "venue_id",
-    "series_id",
-    "market_key",
+    *(c for c in KEY_COLUMNS if c != "event_timestamp"),
     "request_id",
     "exploration_kind",
     "user_metro",

@@ -55,7 +55,11 @@ def temporal_split(
     attend head, whose rows are RSVPs (a few per event, not hundreds of impressions), the rule
     leaves almost nothing to test on a month of history.
     """
-    t = pd.to_datetime(frame["event_timestamp"], utc=True).map(pd.Timestamp.timestamp).to_numpy(float)
+    t = (
+        (pd.to_datetime(frame["event_timestamp"], utc=True) - pd.Timestamp(0, tz="UTC"))
+        .dt.total_seconds()
+        .to_numpy()
+    )
     b1, b2 = calibration_start.timestamp(), test_start.timestamp()
     natural = frame["is_injected"].to_numpy() == 0
     created = frame["event_created_ts"].to_numpy(dtype=float)
