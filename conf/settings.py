@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -124,6 +124,32 @@ class TrainingSettings(_Strict):
     )
 
 
+class AvailabilitySettings(_Strict):
+    """The capacity counter serving reads its hard filters from (design: "Capacity is a gate").
+
+    ``sqlite``: a file (or ``:memory:``) this process owns. ``redis``: the counters the booking
+    path writes. ``seed_from_silver`` loads silver's counters, cancellations and RSVPs as of the
+    served instant into it at start-up: right for the local stand-in, wrong where the booking path
+    owns the live counters (it would overwrite them).
+    """
+
+    type: Literal["sqlite", "redis"] = "sqlite"
+    path: str = ":memory:"  # sqlite
+    url: str = ""  # redis, e.g. redis://redis:6379/1
+    key_prefix: str = "turnout:avail:"  # redis keys: <prefix>event:<id>, <prefix>rsvps:<user>, ...
+    seed_from_silver: bool = True
+
+
+class ServingSettings(_Strict):
+    """The feed service's dependencies and how often it re-reads them while it runs."""
+
+    availability: AvailabilitySettings = Field(default_factory=lambda: AvailabilitySettings())
+    # Background refresh: the registry's champion aliases (cheap) and the event snapshot from the
+    # online store (one read of every live event's rows). 0 turns a refresh off.
+    model_refresh_seconds: float = Field(default=60.0, ge=0.0)
+    snapshot_refresh_seconds: float = Field(default=900.0, ge=0.0)
+
+
 class Settings(_Strict):
     profile: str
     home: Path
@@ -137,6 +163,7 @@ class Settings(_Strict):
         default_factory=lambda: IngestSettings(max_quarantine_fraction=0.2, min_quarantined_to_fail=10)
     )
     training: TrainingSettings = Field(default_factory=lambda: TrainingSettings())
+    serving: ServingSettings = Field(default_factory=lambda: ServingSettings())
 
 
 class SettingsError(ValueError):
