@@ -10,6 +10,8 @@ DEMO_NOW ?= 2026-11-09T00:00Z
 # The content tower as it stood three weeks earlier (the start of the training window), so the
 # training set's label instants see embeddings, as they would where the tower predates the events.
 DEMO_TOWER_AT ?= 2026-10-19T00:00Z
+# `make demo` ends by starting the feed service here and asking it for a feed.
+DEMO_PORT ?= 8765
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
@@ -48,7 +50,10 @@ demo: setup ## Simulate, ingest, gold features, tower + index, materialize, trai
 	$(BIN)/turnout train --head rsvp --now $(DEMO_NOW)
 	$(BIN)/turnout train --head attend --now $(DEMO_NOW)
 	$(BIN)/turnout evaluate
-	$(BIN)/turnout feed --user-id u0000001 --now $(DEMO_NOW)
+	@# The service as it runs in production (background refresh on), asked over HTTP, then stopped.
+	$(BIN)/turnout serve --now $(DEMO_NOW) --port $(DEMO_PORT) & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null' EXIT; \
+	$(BIN)/turnout feed --server http://127.0.0.1:$(DEMO_PORT) --wait 900 --user-id u0000001
 
 lint: setup ## ruff.
 	$(BIN)/ruff check .

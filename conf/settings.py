@@ -136,7 +136,9 @@ class AvailabilitySettings(_Strict):
     type: Literal["sqlite", "redis"] = "sqlite"
     path: str = ":memory:"  # sqlite
     url: str = ""  # redis, e.g. redis://redis:6379/1
-    key_prefix: str = "turnout:avail:"  # redis keys: <prefix>event:<id>, <prefix>rsvps:<user>, ...
+    # Redis keys: <prefix>event:<id>, <prefix>rsvps:<user>, <prefix>blocked. The braces make it a
+    # hash tag, so a Redis Cluster keeps every key in one slot (the write scripts touch several).
+    key_prefix: str = "{turnout:avail}:"
     seed_from_silver: bool = True
 
 

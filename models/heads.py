@@ -5,14 +5,15 @@ output goes through the exact odds correction for how its negatives were sampled
 per-segment isotonic map fit on a held-out temporal slice.
 
 A head is saved as plain files: LightGBM's native text model and a JSON sidecar (feature list,
-schema hash, odds correction, calibrators). Loading one never unpickles anything.
+schema hash, odds correction, calibrators). Loading one never unpickles anything. A head may also
+carry its trees compiled to native code (``models.compiled``), which then score in LightGBM's place.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from models.calibration import SamplingCorrection, SegmentCalibrators
+from models.compiled import CompiledForest, compile_booster, load_compiled
 
 HEADS: tuple[str, ...] = ("rsvp", "attend")
 SERVICE_OF_HEAD = {"rsvp": "p_rsvp_v1", "attend": "p_attend_v1"}
@@ -124,10 +126,42 @@ class Head:
     schema_hash: str
     correction: SamplingCorrection
     calibrators: SegmentCalibrators | None
+    # The content tower whose vectors the embedding columns held in training (None: no embedding
+    # input). Serving refuses the head beside another tower's vectors: same shape, other meaning.
+    tower_version: str | None = None
+    # Native code for "full" (every tree) and "first" (the first stage's leading trees, raw).
+    compiled: dict[str, CompiledForest] = field(default_factory=dict, compare=False, repr=False)
+
+    def uses_embeddings(self) -> bool:
+        return any(c.startswith(f"{EMBEDDING_COLUMN}_") for c in self.columns)
+
+    def _matrix(self, x: pd.DataFrame) -> np.ndarray:
+        return x[self.columns].to_numpy(dtype=np.float64)
 
     def raw(self, x: pd.DataFrame, num_threads: int = 0) -> np.ndarray:
         """The booster's probability in the training population (before any correction)."""
+        if "full" in self.compiled:
+            return self.compiled["full"].predict(self._matrix(x), num_threads)
         return np.asarray(self.booster.predict(x[self.columns], num_threads=num_threads), dtype=float)
+
+    def first_trees_raw(self, x: pd.DataFrame, trees: int, num_threads: int = 0) -> np.ndarray:
+        """Raw score of the first ``trees`` trees only (the funnel's first stage)."""
+        first = self.compiled.get("first")
+        if first is not None and first.trees == trees:
+            return first.predict(self._matrix(x), num_threads)
+        raw = self.booster.predict(
+            self._matrix(x), num_iteration=trees, raw_score=True, num_threads=num_threads
+        )
+        return np.asarray(raw, dtype=float)
+
+    def compile_to(self, directory: Path) -> Path:
+        """Compile this head's trees into ``directory`` (at registration); returns the manifest."""
+        return compile_booster(self.booster, directory, self.model_sha256(), first_stage=self.name == "rsvp")
+
+    def with_compiled(self, manifest: Path) -> tuple[Head, str | None]:
+        """This head scoring with the compiled forests of ``manifest``, or unchanged and why not."""
+        forests, why = load_compiled(manifest, self.model_sha256())
+        return (replace(self, compiled=forests), None) if forests else (self, why)
 
     def corrected(self, x: pd.DataFrame, num_threads: int = 0) -> np.ndarray:
         return self.correction.apply(self.raw(x, num_threads))
@@ -147,6 +181,7 @@ class Head:
             "columns": self.columns,
             "embedding_dim": self.embedding_dim,
             "schema_hash": self.schema_hash,
+            "tower_version": self.tower_version,
             "correction": {
                 "keep_rate": self.correction.keep_rate,
                 "injected_per_negative": self.correction.injected_per_negative,
@@ -176,6 +211,7 @@ class Head:
             schema_hash=meta["schema_hash"],
             correction=SamplingCorrection(**meta["correction"]),
             calibrators=SegmentCalibrators.from_dict(cal) if cal is not None else None,
+            tower_version=meta.get("tower_version"),
         )
         if head.model_sha256() != meta["model_sha256"]:
             raise ValueError(f"{directory}: model.lgb does not match the hash its sidecar recorded")
@@ -191,6 +227,11 @@ class Scorer:
 
     def columns(self) -> list[str]:
         return sorted({c for h in (self.rsvp, self.attend) if h is not None for c in h.columns})
+
+    def backend(self) -> str:
+        """``compiled`` when every head scores with native code, else ``lightgbm``."""
+        heads = [h for h in (self.rsvp, self.attend) if h is not None]
+        return "compiled" if heads and all("full" in h.compiled for h in heads) else "lightgbm"
 
     def score(self, x: pd.DataFrame, num_threads: int = 0) -> dict[str, np.ndarray]:
         """``p_rsvp``, ``p_attend`` (1 where a head is absent) and their product ``score``."""

@@ -11,6 +11,7 @@ import logging
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -367,8 +368,9 @@ def schema() -> None:
     out.print(render_markdown(), markup=False, highlight=False, soft_wrap=True)
 
 
-def _serving_state(settings: Settings, now: datetime) -> Any:
-    """The real serving state as of ``now``; a readable exit when no index is published.
+def _serving_state(settings: Settings, now: datetime, clock: Callable[[], datetime] | None = None) -> Any:
+    """The real serving state as of ``now`` (requests on ``clock``, default pinned to ``now``); a
+    readable exit when no index is published.
 
     Without a usable champion the state serves metro popularity (the model-down path) and says so.
     """
@@ -377,7 +379,7 @@ def _serving_state(settings: Settings, now: datetime) -> Any:
     try:
         with _progress("loading the serving state") as progress:
             progress("index, champions, silver, online store", 0, 1)
-            state = load_serving_state(settings, now, require_model=False)
+            state = load_serving_state(settings, now, require_model=False, clock=clock)
             progress("ready", 1, 1)
     except NotPublished as e:
         err.print(f"[red]cannot serve real data[/red]: {e} (run `make demo` first)")
@@ -413,6 +415,7 @@ def serve(
     import uvicorn
 
     from serving.app import create_app
+    from serving.refresh import BackgroundRefresher
 
     settings = _settings(profile)
     if synthetic:
@@ -431,15 +434,19 @@ def serve(
         err.print(f"serving {len(world.snapshot)} synthetic events as of {world.now.isoformat()}")
     else:
         at = _parse_instant(now) or datetime.now(UTC)
-        state = _serving_state(settings, at)
-        if now is None:
-            state.clock = lambda: datetime.now(UTC)
+        state = _serving_state(settings, at, None if now else lambda: datetime.now(UTC))
         err.print(
             f"serving {len(state.snapshot)} live events as of {at.isoformat()} "
             f"(index {state.index_version}, model {state.model_version()})"
         )
-    err.print(f"listening on http://{host}:{port}")
-    uvicorn.run(create_app(state), host=host, port=port, log_level="info")
+    refresher = BackgroundRefresher(
+        state, settings.serving.model_refresh_seconds, settings.serving.snapshot_refresh_seconds
+    )
+    err.print(
+        f"listening on http://{host}:{port} (champions re-read every {refresher.model_every_s:g} s, "
+        f"event snapshot every {refresher.snapshot_every_s:g} s)"
+    )
+    uvicorn.run(create_app(state, refresher=refresher), host=host, port=port, log_level="info")
 
 
 @app.command()
@@ -448,29 +455,81 @@ def feed(
     now: Now = None,
     lat: Annotated[float | None, typer.Option(help="GPS latitude; omit (with --lng) to use home.")] = None,
     lng: Annotated[float | None, typer.Option(help="GPS longitude.")] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            help="Ask a running `turnout serve` at this URL (e.g. http://127.0.0.1:8000) instead of "
+            "loading the state in this process.",
+        ),
+    ] = None,
+    wait: Annotated[
+        float, typer.Option(help="With --server: wait up to this many seconds for it to answer /healthz.")
+    ] = 0.0,
     as_json: JsonFlag = False,
     profile: Profile = None,
 ) -> None:
     """Serve one feed from the real state (index, champions, online store, silver) and print it.
 
-    The same request path as GET /v1/feed; its impressions are appended to the landing zone.
+    The same request path as GET /v1/feed (or, with --server, that endpoint itself); its
+    impressions are appended to the landing zone.
     """
     from serving.app import FeedOut
-    from serving.feed import FeedRequest, NoLocation, serve_feed
 
     if (lat is None) != (lng is None):
         raise typer.BadParameter("give both --lat and --lng, or neither (to use the user's home)")
-    settings = _settings(profile)
-    at = _parse_instant(now) or datetime.now(UTC)
-    state = _serving_state(settings, at)
-    try:
-        result = serve_feed(state, FeedRequest(user_id, at, lat, lng, request_id=uuid.uuid4().hex))
-    except NoLocation as e:
-        err.print(f"[red]no feed[/red]: {e}")
-        raise typer.Exit(2) from e
+    if server is not None:
+        body = _feed_from_server(server, wait, user_id, now, lat, lng)
+    else:
+        from serving.feed import FeedRequest, NoLocation, serve_feed
+
+        settings = _settings(profile)
+        at = _parse_instant(now) or datetime.now(UTC)
+        state = _serving_state(settings, at)
+        try:
+            result = serve_feed(state, FeedRequest(user_id, at, lat, lng, request_id=uuid.uuid4().hex))
+        except NoLocation as e:
+            err.print(f"[red]no feed[/red]: {e}")
+            raise typer.Exit(2) from e
+        body = FeedOut.model_validate(result, from_attributes=True)
+    _print_feed(body)
+    _emit(body.model_dump(), as_json)
+
+
+def _feed_from_server(
+    server: str, wait_s: float, user_id: str, now: str | None, lat: float | None, lng: float | None
+) -> Any:
+    """GET /v1/feed from a running service (after waiting for its /healthz); 4xx bodies are shown."""
+    import httpx
+
+    from serving.app import FeedOut
+
+    base = server.rstrip("/")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            httpx.get(f"{base}/healthz", timeout=5).raise_for_status()
+            break
+        except httpx.HTTPError as e:
+            if time.monotonic() >= deadline:
+                err.print(f"[red]no service at {base}[/red]: {e}")
+                raise typer.Exit(2) from e
+            time.sleep(1)
+    params: dict[str, Any] = {"user_id": user_id}
+    params.update({k: v for k, v in (("now", now), ("lat", lat), ("lng", lng)) if v is not None})
+    response = httpx.get(f"{base}/v1/feed", params=params, timeout=30)
+    if response.status_code != 200:
+        err.print(f"[red]no feed ({response.status_code})[/red]: {response.text}")
+        raise typer.Exit(2)
+    return FeedOut.model_validate(response.json())
+
+
+def _print_feed(result: Any) -> None:
+    """A feed response (``FeedOut``) as a table on stderr."""
     table = Table(
-        title=f"feed for {user_id} as of {result.served_at}: {result.served_by}, model {result.model_version}, "
-        f"{result.candidates} candidates, {result.eligible} eligible, {result.stages_ms['total']:.0f} ms"
+        title=f"feed for {result.user_id} as of {result.served_at}: {result.served_by}, "
+        f"model {result.model_version}, {result.candidates} candidates, {result.eligible} eligible, "
+        f"{result.stages_ms['total']:.0f} ms"
     )
     for col in (
         "#",
@@ -505,7 +564,6 @@ def feed(
     err.print(
         f"near you this weekend: {', '.join(e.event_id for e in result.near_you_this_weekend) or 'nothing'}"
     )
-    _emit(FeedOut.model_validate(result, from_attributes=True).model_dump(), as_json)
 
 
 @app.command("bench-serving")
@@ -514,12 +572,20 @@ def bench_serving(
     events: Annotated[
         int, typer.Option(help="Synthetic events in the dense metro (cap 15,000 per request).")
     ] = 20_000,
+    feast_requests: Annotated[
+        int,
+        typer.Option(
+            help="Requests also read through the Feast SDK from a throwaway local store "
+            "(~3 s each at 15,000 candidates; 0 skips it)."
+        ),
+    ] = 3,
     as_json: JsonFlag = False,
 ) -> None:
-    """Time feed requests on a dense synthetic metro, per stage, beside stock LightGBM full scoring."""
+    """Time feed requests on a dense synthetic metro, per stage, beside stock LightGBM full scoring
+    and the Feast SDK read path on the same requests."""
     from serving.bench import run_bench
 
-    report = run_bench(requests=requests, events=events)
+    report = run_bench(requests=requests, events=events, feast_requests=feast_requests, progress=err.print)
     table = Table(title=f"{report['requests']} feed requests, candidates p50 {report['candidates_p50']}")
     for col in ("stage", "p50 ms", "p99 ms"):
         table.add_column(col, justify="left" if col == "stage" else "right")
@@ -528,7 +594,20 @@ def bench_serving(
     table.add_row("total (feed path)", f"{report['p50_ms']:.2f}", f"{report['p99_ms']:.2f}")
     b = report["baseline_full_lightgbm_ms"]
     table.add_row("stock LightGBM, both heads, all candidates", f"{b['p50']:.2f}", f"{b['p99']:.2f}")
+    f, u = report["baseline_feast_sdk_read_ms"], report["feast_user_read_ms"]
+    if f is not None:
+        table.add_row(
+            f"Feast SDK read, {f['rows_per_request']:,} candidates + user",
+            f"{f['p50']:.2f}",
+            f"{f['p99']:.2f}",
+        )
+        table.add_row("Feast SDK read, user row alone", f"{u['p50']:.2f}", f"{u['p99']:.2f}")
     err.print(table)
+    if f is not None:
+        err.print(
+            f"Feast read values that differ from the snapshot: {f['mismatches']} of {f['values_checked']:,} "
+            f"(events), {u['mismatches']} of {u['values_checked']:,} (users)"
+        )
     _emit(report, as_json)
 
 

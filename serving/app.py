@@ -9,7 +9,9 @@ store. A dependency failure never becomes a 5xx: the feed takes its fallback and
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -26,6 +28,7 @@ from prometheus_client import (
 from pydantic import BaseModel
 
 from serving.feed import FeedRequest, NoLocation, serve_feed
+from serving.refresh import BackgroundRefresher
 from serving.state import ServingState
 
 # An ISO-8601 instant with an explicit offset: a bare local time is ambiguous (DST) and refused.
@@ -89,11 +92,27 @@ def parse_now(value: str | None, clock: Callable[[], datetime]) -> datetime:
     return t.astimezone(UTC)
 
 
-def create_app(state: ServingState, new_request_id: Callable[[], str] | None = None) -> FastAPI:
+def create_app(
+    state: ServingState,
+    new_request_id: Callable[[], str] | None = None,
+    refresher: BackgroundRefresher | None = None,
+) -> FastAPI:
     """The app over ``state``; ``new_request_id`` lets tests make request ids (and so the
-    exploration coin flips, seeded by them) deterministic."""
+    exploration coin flips, seeded by them) deterministic. A ``refresher`` runs while the app
+    does (started and stopped by its lifespan)."""
     make_id = new_request_id or (lambda: uuid.uuid4().hex)
-    app = FastAPI(title="turnout feed", version="1")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if refresher is not None:
+            refresher.start()
+        try:
+            yield
+        finally:
+            if refresher is not None:
+                refresher.stop()
+
+    app = FastAPI(title="turnout feed", version="1", lifespan=lifespan)
     registry = CollectorRegistry()
     requests = Counter(
         "turnout_feed_requests", "Feed responses by serving path", ["served_by"], registry=registry
@@ -172,7 +191,10 @@ def create_app(state: ServingState, new_request_id: Callable[[], str] | None = N
 
     @app.get("/healthz")
     def healthz() -> dict[str, object]:
-        return state.health_report()
+        report = state.health_report()
+        if refresher is not None:
+            report["refresh"] = asdict(refresher.stats)
+        return report
 
     @app.get(
         "/metrics",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from models.compiled import FIRST_STAGE_TREES
+
 
 @dataclass(frozen=True)
 class ServingConfig:
@@ -21,7 +23,7 @@ class ServingConfig:
     mmr_pool: int = 300  # MMR looks at the best this-many by score; the 25 come from well inside it
     # The funnel: the first this-many trees of the p_rsvp head rank every candidate, and only the
     # best ``prefilter_keep`` go on to both full heads (design/large-scale-recsys.md).
-    prefilter_trees: int = 30
+    prefilter_trees: int = FIRST_STAGE_TREES  # compiled at registration (models/compiled.py)
     prefilter_keep: int = 1500
     # Organizers with at most this many completed events count as cold for the exploration slot.
     cold_organizer_max_events: int = 2

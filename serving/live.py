@@ -19,17 +19,20 @@
   than leaking the future. An embedding from another tower than the index's is dropped (NaN).
 * **users**: the user's row from the online store's ``user_features`` view (same TTL rule), and
   their friends from ``silver.friendships`` (known by ``now``, both directions).
-* **the capacity counter**: an in-memory SQLite ``SQLiteAvailability`` (never the lake) seeded
-  from silver: every RSVP to a live event made by ``now`` (the already-RSVPed and friends-going
-  sets), seats taken from the newest ``capacity_snapshots`` row by ``now`` (the RSVP count where
-  there is none), and every cancellation by ``now``.
+* **the capacity counter**: ``settings.serving.availability`` (never the lake): SQLite in
+  ``local``, the booking path's Redis in ``cluster``. With ``seed_from_silver`` (the local
+  stand-in) it is loaded at start-up with every RSVP to a live event made by ``now`` (the
+  already-RSVPed and friends-going sets), seats taken from the newest ``capacity_snapshots`` row by
+  ``now`` (the RSVP count where there is none), and every cancellation by ``now``.
 * **popularity**: the metro-popularity fallback scores an event by its RSVPs so far (silver) plus
   its market's shrunk RSVP rate as a tie-break.
 
 Silver is read through Spark (the lake is Delta; there is no Spark-free Delta reader in the
 lock file), so loading costs a Spark session; requests never touch Spark. ``refresh_snapshot_fn``
-re-reads the online store over the same silver event list (no Spark), and ``refresh_models_fn``
-re-reads the champions and installs them when an alias moved.
+re-reads the online store (and, when the request clock has moved on, silver's live events and
+friendships as of the clock's instant) on the refresher's thread, and ``refresh_models_fn``
+re-reads the champions and installs them when an alias moved. A champion trained on another
+feature schema or on another content tower's embeddings than the published index's is refused.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import pandas as pd
 from conf import Settings
 from features.views import EMBEDDING_DIM
 from models.heads import EMBEDDING_COLUMN, SERVICE_OF_HEAD, Head
-from serving.availability import SQLiteAvailability
+from serving.availability import open_availability
 from serving.config import ServingConfig
 from serving.features import UserRow
 from serving.impressions import ImpressionSink, LandingImpressionLog
@@ -352,10 +355,13 @@ def load_serving_state(
     impressions: ImpressionSink | None = None,
     spark: SparkSession | None = None,
     require_model: bool = True,
+    clock: Callable[[], datetime] | None = None,
 ) -> ServingState:
     """The serving state from the published index, the champions, the online store and silver.
 
-    ``now`` pins the request clock (the demo serves its history's last instant). Impressions go
+    ``now`` is the instant loaded; ``clock`` the request clock (default: pinned to ``now``, as the
+    demo serves its history's last instant; a live service passes the wall clock, and each
+    snapshot refresh then reads the events live at the clock's instant). Impressions go
     to the landing zone unless ``impressions`` is given. Raises ``NotPublished`` when there is no
     published index, or (``require_model``) no p_rsvp champion that fits the online schema.
     """
@@ -375,7 +381,7 @@ def load_serving_state(
         raise NotPublished(f"no usable published index: {e}") from e
 
     store = get_store(settings, offline=False)
-    models = ModelHolder(expected_schema_hashes(store))
+    models = ModelHolder(expected_schema_hashes(store), live.tower_version)
     refresh_models = model_refresher(settings)
     try:
         refresh_models(models)
@@ -388,7 +394,8 @@ def load_serving_state(
         log.warning("no usable model (%s): serving metro popularity", models.last_refusal or "no champion")
 
     params = GeoParams.from_settings(settings.index)
-    silver = read_silver_state(spark or get_spark(settings), settings, now, params.horizon_days)
+    spark = spark or get_spark(settings)
+    silver = read_silver_state(spark, settings, now, params.horizon_days)
     user_names = frozenset(f.name for f in store.get_feature_view(USER_VIEW).features)
     embedding_dim = (
         models.current.scorer.rsvp.embedding_dim
@@ -396,24 +403,37 @@ def load_serving_state(
         else EMBEDDING_DIM
     )
 
-    def snapshot() -> EventSnapshot:
-        return build_event_snapshot(store, silver.events, now, embedding_dim, live.tower_version, user_names)
+    request_clock = clock or (lambda: now)
+    users = OnlineUserSource(store, silver.friends)
+    loaded: dict[datetime, SilverState] = {now: silver}
 
-    availability = SQLiteAvailability(":memory:")
-    availability.add_rsvps(silver.rsvps)
-    availability.set_capacity(silver.capacity)  # authoritative seats taken, after the RSVPs' +1s
-    availability.cancel(silver.cancelled)
+    def snapshot() -> EventSnapshot:
+        at = request_clock().astimezone(UTC)
+        if at not in loaded:  # the clock moved on: the events (and friendships) live now
+            loaded.clear()
+            loaded[at] = read_silver_state(spark, settings, at, params.horizon_days)
+            users.friends = loaded[at].friends
+        events = loaded[at].events
+        return build_event_snapshot(store, events, at, embedding_dim, live.tower_version, user_names)
+
+    availability = open_availability(settings.serving.availability)
+    if settings.serving.availability.seed_from_silver:
+        availability.add_rsvps(silver.rsvps)
+        availability.set_capacity(silver.capacity)  # authoritative seats taken, after the RSVPs' +1s
+        availability.cancel(silver.cancelled)
 
     state = ServingState(
         config=cfg,
-        snapshot=snapshot(),
+        snapshot=build_event_snapshot(
+            store, silver.events, now, embedding_dim, live.tower_version, user_names
+        ),
         models=models,
-        users=CachedUserSource(OnlineUserSource(store, silver.friends), cfg.user_cache_size),
+        users=CachedUserSource(users, cfg.user_cache_size),
         availability=availability,
         impressions=impressions if impressions is not None else LandingImpressionLog(settings.landing.root),
         index=live.index,
         index_version=live.version,
-        clock=lambda: now,
+        clock=request_clock,
         refresh_snapshot_fn=snapshot,
         refresh_models_fn=refresh_models,
     )

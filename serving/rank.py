@@ -31,11 +31,7 @@ def prefilter(x: pd.DataFrame, head: Head, trees: int, keep: int, num_threads: i
     n = len(x)
     if n <= keep:
         return np.arange(n, dtype=np.int64)
-    matrix = x[head.columns].to_numpy(dtype=np.float64)
-    raw = np.asarray(
-        head.booster.predict(matrix, num_iteration=trees, raw_score=True, num_threads=num_threads),
-        dtype=float,
-    )
+    raw = head.first_trees_raw(x, trees, num_threads)
     best = np.argpartition(-raw, keep - 1)[:keep]
     return np.sort(best).astype(np.int64)
 

@@ -50,24 +50,43 @@ class ModelHolder:
     (or nothing), so it is refused and the last good model keeps serving.
     """
 
-    def __init__(self, expected_hashes: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, expected_hashes: dict[str, str] | None = None, expected_tower: str | None = None
+    ) -> None:
         self.expected_hashes = dict(expected_hashes or {})
+        self.expected_tower = expected_tower
         self.current: LoadedModel | None = None
         self.last_refusal: str | None = None
         self._lock = threading.Lock()
 
+    def mismatch(self, head: Head) -> str | None:
+        """Why ``head`` cannot read what serving fetches (None: it can)."""
+        service = SERVICE_OF_HEAD[head.name]
+        expected = self.expected_hashes.get(service)
+        if expected is not None and head.schema_hash != expected:
+            return (
+                f"head {head.name} was trained on schema {head.schema_hash[:12]}, "
+                f"the online store serves {service} as {expected[:12]}"
+            )
+        if (
+            head.uses_embeddings()
+            and self.expected_tower is not None
+            and head.tower_version != self.expected_tower
+        ):
+            return (
+                f"head {head.name} was trained on embeddings of tower {head.tower_version}, "
+                f"the online store serves tower {self.expected_tower}'s"
+            )
+        return None
+
     def offer(self, rsvp: Head, attend: Head | None, version: str) -> bool:
-        """Install ``rsvp`` (+ ``attend``) unless a head's schema hash differs from the expected one."""
+        """Install ``rsvp`` (+ ``attend``) unless a head's feature schema or embedding tower differs
+        from what serving fetches; a refused model leaves the last good one serving."""
         for head in (rsvp, attend):
-            if head is None:
-                continue
-            service = SERVICE_OF_HEAD[head.name]
-            expected = self.expected_hashes.get(service)
-            if expected is not None and head.schema_hash != expected:
+            problem = self.mismatch(head) if head is not None else None
+            if problem is not None:
                 self.last_refusal = (
-                    f"{version}: head {head.name} was trained on schema {head.schema_hash[:12]}, "
-                    f"the online store serves {service} as {expected[:12]}; keeping "
-                    f"{self.current.version if self.current else 'no model'}"
+                    f"{version}: {problem}; keeping {self.current.version if self.current else 'no model'}"
                 )
                 log.error("refused model %s", self.last_refusal)
                 return False

@@ -55,6 +55,7 @@ EMBEDDING_DIM = 64
 USER_SIDE = frozenset([*USER_HISTORY, *AFFINITY])
 CENTER = (40.7128, -74.0060)  # a dense metro
 ZONE = "America/New_York"
+TOWER = "tower-syn"  # the synthetic content tower: snapshot vectors and heads agree on it
 
 
 def event_side_columns(embedding_dim: int = EMBEDDING_DIM) -> list[str]:
@@ -121,9 +122,7 @@ def make_catalog(
 
 
 def make_snapshot(catalog: pd.DataFrame, built_at: datetime) -> EventSnapshot:
-    return EventSnapshot.from_frame(
-        catalog, event_side_columns(), built_at.timestamp(), "synthetic", "tower-syn"
-    )
+    return EventSnapshot.from_frame(catalog, event_side_columns(), built_at.timestamp(), "synthetic", TOWER)
 
 
 def make_index(catalog: pd.DataFrame, now: datetime, params: GeoParams | None = None) -> GeoIndex:
@@ -189,7 +188,9 @@ def make_head(
     calibrators = fit_segment_calibrators(
         correction.apply(booster.predict(xv)), yv, segments(xv), min_rows=200
     )
-    return Head(name, booster, list(features), columns, EMBEDDING_DIM, schema_hash, correction, calibrators)
+    return Head(
+        name, booster, list(features), columns, EMBEDDING_DIM, schema_hash, correction, calibrators, TOWER
+    )
 
 
 @dataclass
@@ -259,7 +260,7 @@ def make_state(
     with_index: bool = True,
 ) -> ServingState:
     cfg = config or ServingConfig()
-    models = ModelHolder()
+    models = ModelHolder(expected_tower=world.snapshot.tower_version)
     if heads is not None:
         models.offer(heads[0], heads[1], "rsvp:v1+attend:v1")
     return ServingState(

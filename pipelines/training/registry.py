@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from conf import Settings
+from models.compiled import MANIFEST_FILE
 from models.heads import SIDECAR_FILE, Head
 
 log = logging.getLogger(__name__)
@@ -134,4 +135,14 @@ def load_head(settings: Settings, head: str, alias: str = CHAMPION) -> tuple[Hea
     sidecars = list(local.rglob(SIDECAR_FILE))
     if len(sidecars) != 1:
         raise FileNotFoundError(f"{version.source}: expected one {SIDECAR_FILE}, found {len(sidecars)}")
-    return Head.load(local, sidecar=sidecars[0]), version
+    loaded = Head.load(local, sidecar=sidecars[0])
+    manifests = list(local.rglob(MANIFEST_FILE))
+    if manifests:
+        loaded, why = loaded.with_compiled(manifests[0])
+        if why:
+            log.warning("%s v%s: %s", model_name(settings, head), version.version, why)
+    else:
+        log.info(
+            "%s v%s has no compiled trees: scoring with LightGBM", model_name(settings, head), version.version
+        )
+    return loaded, version

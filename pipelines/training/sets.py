@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from conf import Settings
-from models.heads import SERVICE_OF_HEAD, model_columns
+from models.heads import EMBEDDING_COLUMN, SERVICE_OF_HEAD, model_columns
 from pipelines.training.examples import (
     KEY_COLUMNS,
     META_COLUMNS,
@@ -119,6 +119,7 @@ def build_training_set(
     """Label, join point-in-time features, write a new version of ``lake/training/<head>``."""
     from models.heads import to_model_frame
     from pipelines.features.store import get_store, historical_features, service_feature_names
+    from pipelines.index.tower import current_tower_version
     from pipelines.spark import get_spark
 
     if head not in SERVICE_OF_HEAD:
@@ -172,6 +173,8 @@ def build_training_set(
 
     path = training_set_path(settings, head)
     description = {
+        # The embeddings' meaning: a head may only be served beside vectors from this tower.
+        "tower_version": current_tower_version(settings) if EMBEDDING_COLUMN in features else None,
         "head": head,
         "path": path,
         "as_of": as_of.isoformat(),

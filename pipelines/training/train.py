@@ -135,6 +135,19 @@ def _ndcg_with(scorer: Scorer, frame: pd.DataFrame) -> float:
     return ndcg_on_logged(frame, scorer.score(frame)["score"])
 
 
+def _compile(head: Head, directory: Path) -> list[Path]:
+    """The head's trees as native code, shipped beside the model so serving never compiles;
+    nothing (LightGBM's predictor serves) if this host cannot compile."""
+    try:
+        manifest = head.compile_to(directory)
+    except Exception as e:  # a missing or broken LLVM must not lose the trained model
+        log.warning(
+            "p_%s: compiling the trees failed, serving will use LightGBM's predictor: %s", head.name, e
+        )
+        return []
+    return sorted(p for p in manifest.parent.iterdir() if p.is_file())
+
+
 def train_head(
     settings: Settings,
     head: str,
@@ -153,6 +166,7 @@ def train_head(
 
     from features.repo import FEATURE_SERVICES
     from pipelines.features.store import get_store, schema_hash, service_feature_names, service_schema_hash
+    from pipelines.index.tower import current_tower_version
 
     def step(i: int) -> None:
         if progress:
@@ -195,6 +209,7 @@ def train_head(
         schema_hash=service_schema_hash(declared),
         correction=correction,
         calibrators=calibrators,
+        tower_version=described.get("tower_version"),
     )
 
     step(3)
@@ -264,6 +279,11 @@ def train_head(
     serving_hash = schema_hash(service, store=get_store(settings))
     decision = should_promote(report, champion_report, gates, serving_hash)
     reasons = [*decision.reasons, *(f"input validation: {p}" for p in problems)]
+    published_tower = current_tower_version(settings)
+    if trained.uses_embeddings() and trained.tower_version != published_tower:
+        reasons.append(
+            f"trained on tower {trained.tower_version}'s embeddings, serving has tower {published_tower}'s"
+        )
     reason = "; ".join(dict.fromkeys(reasons)) or "all gates passed"
 
     step(6)
@@ -289,6 +309,7 @@ def train_head(
         mlflow.set_tags(
             {
                 "feature_schema_hash": trained.schema_hash,
+                "tower_version": str(trained.tower_version),
                 "model_sha256": trained.model_sha256(),
                 "training_set_version": str(version),
                 "promotion.reason": reason,
@@ -314,10 +335,12 @@ def train_head(
             )
             mlflow.log_artifacts(str(d), artifact_path="report")
             trained.save(d / "head")
+            compiled = _compile(trained, d / "head" / "compiled")
+            mlflow.set_tag("compiled", "yes" if compiled else "no")
             mlflow.lightgbm.log_model(
                 booster,
                 name="model",
-                extra_files=[str(d / "head" / "head.json")],
+                extra_files=[str(d / "head" / "head.json"), *map(str, compiled)],
                 pip_requirements=[f"lightgbm=={lgb_version}"],
             )
         run_id = run.info.run_id

@@ -105,6 +105,17 @@ def test_a_model_for_another_feature_schema_is_refused_and_the_last_good_one_kep
     assert "trained on schema 0123456789ab" in (holder.last_refusal or "")
 
 
+def test_a_model_trained_on_another_towers_embeddings_is_refused(heads) -> None:
+    holder = ModelHolder({"p_rsvp_v1": "synthetic", "p_attend_v1": "synthetic"}, expected_tower="tower-syn")
+    assert holder.offer(heads[0], heads[1], "v1")
+    old_tower = replace(heads[0], tower_version="tower-old")
+    assert not holder.offer(old_tower, heads[1], "v2")
+    assert holder.current is not None and holder.current.version == "v1"
+    assert "embeddings of tower tower-old" in (holder.last_refusal or "")
+    # The attendance head has no embedding input: its tower does not matter.
+    assert holder.offer(heads[0], replace(heads[1], tower_version=None), "v3")
+
+
 def test_model_refresh_failure_is_reported_and_the_model_kept(world, heads) -> None:
     state = make_state(world, heads)
 

@@ -84,6 +84,11 @@ def test_a_real_feed_is_served_by_the_model_and_passes_every_hard_filter(spark: 
 
     assert result.served_by == "model", result.served_by
     assert result.model_version.startswith("rsvp:v") and "+attend:v" in result.model_version
+    # The champions' trees were compiled at registration and load as native code here, and the
+    # p_rsvp head was trained beside the published tower's embeddings.
+    scorer = state.models.current.scorer
+    assert scorer.backend() == "compiled"
+    assert scorer.rsvp is not None and scorer.rsvp.tower_version == state.snapshot.tower_version is not None
     # 24 ranked slots, at most 2 per organizer (a small world has few organizers nearby), + slot 25
     assert result.eligible > 0
     assert len(result.events) == min(25, expected_feed_size(state, user))

@@ -1,0 +1,90 @@
+"""Background refresh while the service runs: the champions when an alias moves, the event snapshot
+from the online store on a slower beat.
+
+One daemon thread per process, started and stopped with the app (``create_app(..., refresher=)``).
+Each refresh is ``ServingState.refresh_models`` / ``refresh_snapshot``: a failure keeps the last
+good model or snapshot serving and shows in ``/healthz``; requests never wait on a refresh (a new
+snapshot or model is built aside and swapped in by one assignment).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from serving.state import ServingState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RefreshStats:
+    """What /healthz shows about the refresher: when each refresh last ran and how often."""
+
+    model_runs: int = 0
+    snapshot_runs: int = 0
+    last_model_at: float | None = None
+    last_snapshot_at: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+class BackgroundRefresher:
+    """Calls ``state.refresh_models()`` every ``model_every_s`` and ``state.refresh_snapshot()``
+    every ``snapshot_every_s`` seconds (0: never) on a daemon thread."""
+
+    def __init__(self, state: ServingState, model_every_s: float, snapshot_every_s: float) -> None:
+        self.state = state
+        self.model_every_s = model_every_s
+        self.snapshot_every_s = snapshot_every_s
+        self.stats = RefreshStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None or (self.model_every_s <= 0 and self.snapshot_every_s <= 0):
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="turnout-refresh", daemon=True)
+        self._thread.start()
+        log.info(
+            "background refresh: models every %ss, snapshot every %ss",
+            self.model_every_s,
+            self.snapshot_every_s,
+        )
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        next_model = started + self.model_every_s if self.model_every_s > 0 else float("inf")
+        next_snapshot = started + self.snapshot_every_s if self.snapshot_every_s > 0 else float("inf")
+        while not self._stop.wait(max(0.0, min(next_model, next_snapshot) - time.monotonic())):
+            now = time.monotonic()
+            if now >= next_model:
+                self._once("model", self.state.refresh_models)
+                next_model = time.monotonic() + self.model_every_s
+            if now >= next_snapshot:
+                self._once("snapshot", self.state.refresh_snapshot)
+                next_snapshot = time.monotonic() + self.snapshot_every_s
+
+    def _once(self, what: str, refresh: Callable[[], object]) -> None:
+        t = time.perf_counter()
+        try:
+            refresh()
+        except Exception as e:  # the state's own methods catch dependency failures; this is a bug
+            log.exception("%s refresh raised", what)
+            self.stats.errors = [*self.stats.errors[-9:], f"{what}: {e}"]
+        if what == "model":
+            self.stats.model_runs += 1
+            self.stats.last_model_at = time.time()
+        else:
+            self.stats.snapshot_runs += 1
+            self.stats.last_snapshot_at = time.time()
+        log.debug("%s refresh took %.0f ms", what, (time.perf_counter() - t) * 1000)
