@@ -576,7 +576,7 @@ def bench_serving(
         int,
         typer.Option(
             help="Requests also read through the Feast SDK from a throwaway local store "
-            "(~3 s each at 15,000 candidates; 0 skips it)."
+            "(~5 s each at 15,000 candidates; 0 skips it)."
         ),
     ] = 3,
     as_json: JsonFlag = False,

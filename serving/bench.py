@@ -1,33 +1,138 @@
 """The serving benchmark: a dense metro where the 15,000-candidate cap binds, N feed requests
-through the real request path, beside stock LightGBM scoring every candidate with both heads.
+through the real request path, beside two baselines run on the same requests in the same run:
+
+* **stock LightGBM** scoring every candidate with both full heads (scoring only);
+* **the Feast SDK read path**: the candidates' rows of every event view, read per request
+  through ``serving.live.build_event_snapshot`` (``read_online_view`` per view, as the service
+  builds its snapshot), plus the user's row through ``OnlineUserSource``, from a local SQLite
+  online store made as the project makes one (``load_settings("local")`` on a temporary home,
+  ``apply_definitions``) and filled with the synthetic world's rows. The values read back are
+  compared with the snapshot the feed path serves from; ``mismatches`` counts the differences.
+  The user-row read alone is timed over more requests: the service does it on every request,
+  while the feed path's ``user`` stage here reads an in-memory dict.
 
 Heads are synthetic but shaped like the issue's measurement (300 trees, depth 8, on the real
 services' model columns: 116 for p_rsvp_v1, 33 for p_attend_v1), so tree-scoring cost is
-representative; features come from the
-synthetic snapshot, so the Feast read path is not in these numbers (bench/README.md has it).
+representative.
 """
 
 from __future__ import annotations
 
+import logging
+import tempfile
 import time
-from typing import Any
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from serving.config import ServingConfig
-from serving.features import assemble, zone_offsets_min
+from serving.features import UserRow, assemble, zone_offsets_min
 from serving.feed import FeedRequest, serve_feed
 from serving.rank import prefilter
-from serving.synthetic import CENTER, make_head, make_state, make_world
+from serving.snapshot import EventSnapshot
+from serving.state import ServingState
+from serving.synthetic import (
+    CENTER,
+    MARKET,
+    ORGANIZER,
+    SERIES,
+    VENUE,
+    World,
+    make_head,
+    make_snapshot,
+    make_state,
+    make_world,
+)
 
+if TYPE_CHECKING:
+    from feast import FeatureStore, FeatureView
+
+    from conf import Settings
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
 HEAVY_HEAD = {"num_leaves": 255, "max_depth": 8, "min_data_in_leaf": 20}
+# The entity stats the synthetic catalog draws per event, by the key the online store holds them under.
+ENTITY_STATS = {"organizer_id": ORGANIZER, "venue_id": VENUE, "series_id": SERIES, "market_key": MARKET}
+# What the service reads from silver per live event (``serving.live.read_silver_state``).
+SILVER_COLUMNS = (
+    "event_id",
+    "organizer_id",
+    "venue_id",
+    "series_id",
+    "category",
+    "metro",
+    "timezone",
+    "capacity",
+    "venue_lat",
+    "venue_lng",
+    "start_ts",
+)
+# Online rows are stamped just before the served instant: inside every view's TTL, never after now.
+STAMP_LAG = timedelta(minutes=1)
+
+
+def _pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 2)
+
+
+def with_entity_keys(world: World, seed: int = 0) -> World:
+    """The world with venue, series, market and H3 cell keys, and each entity's stats equal
+    across its events.
+
+    The synthetic catalog draws organizer, venue, series and market stats per event, but the
+    online store holds one row per key: every key here gets the stats of its first event, and the
+    snapshot is rebuilt from that catalog, so the feed path and the Feast read see the same values.
+    """
+    import h3
+
+    from pipelines.index.geo import GeoParams
+
+    rng = np.random.default_rng(seed + 200)
+    catalog = world.catalog.copy()
+    n = len(catalog)
+    catalog["venue_id"] = [f"v{v:05d}" for v in rng.integers(0, max(4, n // 4), n)]
+    catalog["series_id"] = [f"s{s:05d}" for s in rng.integers(0, max(4, n // 3), n)]
+    catalog["market_key"] = (
+        catalog["metro"] + "|" + catalog["category"] + "|" + catalog["hour_of_week"].astype(str)
+    )
+    params = GeoParams()
+    for name, resolution in (("cell5", params.h3_resolution), ("cell7", params.travel_resolution)):
+        catalog[name] = [
+            h3.latlng_to_cell(a, b, resolution)
+            for a, b in zip(catalog["venue_lat"], catalog["venue_lng"], strict=True)
+        ]
+    catalog["tower_version"] = world.snapshot.tower_version
+    for key, columns in ENTITY_STATS.items():
+        catalog[columns] = catalog.groupby(key, sort=False)[columns].transform("first")
+    return replace(world, catalog=catalog, snapshot=make_snapshot(catalog, world.now))
 
 
 def run_bench(
-    requests: int = 200, events: int = 20_000, baseline_requests: int = 20, seed: int = 0
+    requests: int = 200,
+    events: int = 20_000,
+    baseline_requests: int = 20,
+    feast_requests: int = 3,
+    feast_user_requests: int = 50,
+    seed: int = 0,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
+    """Serve ``requests`` feeds and time both baselines on the first of the same requests.
+
+    ``feast_requests=0`` skips the Feast baseline (its keys are then None). ``progress`` hears
+    about slow steps (default: the log).
+    """
+    say = progress or log.info
     t0 = time.perf_counter()
-    world = make_world(n_events=events, n_users=500, seed=seed)
+    say(f"building a synthetic metro of {events:,} events and two 300-tree heads...")
+    world = with_entity_keys(make_world(n_events=events, n_users=500, seed=seed), seed)
     heads = (
         make_head("rsvp", rows=12_000, rounds=300, params=HEAVY_HEAD, seed=1),
         make_head("attend", rows=12_000, rounds=300, params=HEAVY_HEAD, seed=2),
@@ -50,6 +155,7 @@ def run_bench(
         )
         for i in range(requests)
     ]
+    say(f"serving {requests} feed requests...")
     serve_feed(state, reqs[0])  # warm caches (zone offsets, numpy paths)
     for req in reqs:
         result = serve_feed(state, req)
@@ -60,14 +166,14 @@ def run_bench(
                 stages.setdefault(name, []).append(ms)
 
     # Baseline: stock LightGBM, both full heads over every eligible candidate, same requests.
+    say(f"stock LightGBM, both heads on every candidate, {min(baseline_requests, requests)} requests...")
     snap = world.snapshot
     columns = sorted({*heads[0].columns, *heads[1].columns, "is_free", "history_depth"})
     full_ms: list[float] = []
     kept_share: list[float] = []
     for req in reqs[:baseline_requests]:
         assert req.lat is not None and req.lng is not None
-        cands = world.index.query(req.lat, req.lng, req.now)
-        rows = state.index_rows(world.index)[cands.positions]
+        rows = _candidate_rows(state, world, req)
         user = world.users[req.user_id]
         offsets = zone_offsets_min(snap.zones, req.now.timestamp())
         x = assemble(
@@ -83,20 +189,26 @@ def run_bench(
         best_cut = np.sort(full[kept])[::-1][:24].sum()
         kept_share.append(float(best_cut / best) if best > 0 else 1.0)
 
-    def pct(values: list[float], q: float) -> float:
-        return round(float(np.percentile(values, q)), 2)
+    feast: dict[str, Any] = {
+        "baseline_feast_sdk_read_ms": None,
+        "feast_user_read_ms": None,
+        "feast_store": None,
+    }
+    if feast_requests > 0:
+        feast = feast_read_baseline(world, state, reqs, feast_requests, feast_user_requests, say)
 
     return {
         "requests": requests,
         "candidates_p50": int(np.percentile(candidates, 50)),
-        "p50_ms": pct(totals, 50),
-        "p99_ms": pct(totals, 99),
-        "stages_ms": {k: {"p50": pct(v, 50), "p99": pct(v, 99)} for k, v in stages.items()},
+        "p50_ms": _pct(totals, 50),
+        "p99_ms": _pct(totals, 99),
+        "stages_ms": {k: {"p50": _pct(v, 50), "p99": _pct(v, 99)} for k, v in stages.items()},
         "baseline_full_lightgbm_ms": {
-            "p50": pct(full_ms, 50),
-            "p99": pct(full_ms, 99),
+            "p50": _pct(full_ms, 50),
+            "p99": _pct(full_ms, 99),
             "requests": len(full_ms),
         },
+        **feast,
         "cut_keeps_expected_attendance_top24": {
             "min": round(min(kept_share), 4),
             "mean": round(float(np.mean(kept_share)), 4),
@@ -104,4 +216,238 @@ def run_bench(
         "heads": {h.name: {"trees": h.booster.num_trees(), "columns": len(h.columns)} for h in heads},
         "num_threads": config.num_threads,
         "setup_s": round(setup_s, 1),
+    }
+
+
+def _candidate_rows(state: ServingState, world: World, req: FeedRequest) -> np.ndarray:
+    """Snapshot rows of the request's retrieved candidates (the cap applied), as the feed gets them."""
+    assert req.lat is not None and req.lng is not None
+    got = world.index.query(req.lat, req.lng, req.now)
+    rows: np.ndarray = state.index_rows(world.index)[got.positions]
+    return rows
+
+
+# ---- the Feast SDK read path ---------------------------------------------------------------------
+
+
+@contextmanager
+def _quiet_feast() -> Iterator[None]:
+    """Feast warns on every Spark source it builds that the API is experimental; once is enough.
+
+    Feast's modules reset the RuntimeWarning filter when imported, so they are imported first.
+    """
+    import feast.infra.offline_stores.contrib.spark_offline_store.spark  # noqa: F401
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The spark data source API", category=RuntimeWarning)
+        warnings.filterwarnings(
+            "ignore", message="On demand feature view is an experimental", category=RuntimeWarning
+        )
+        yield
+
+
+def apply_feature_repo(settings: Settings) -> dict[str, Any]:
+    """``features/`` applied to ``settings``' registry by the project's own ``apply_definitions``.
+
+    That starts Spark (the offline store's session); a session started here is stopped again so
+    the timings that follow share the cores with nothing but the bench.
+    """
+    from pyspark.sql import SparkSession
+
+    from pipelines.features.store import apply_definitions
+
+    running = SparkSession.getActiveSession() is not None
+    report = apply_definitions(settings)
+    started = SparkSession.getActiveSession()
+    if not running and started is not None:
+        started.stop()
+    return report
+
+
+def online_frame(source: pd.DataFrame, view: FeatureView, stamp: pd.Timestamp) -> pd.DataFrame:
+    """``source``'s rows as ``write_to_online_store`` takes them for ``view``: the view's key and
+    fields, each in its Field's type, stamped ``stamp`` (event time and creation).
+
+    Int64 fields go through pandas' nullable Int64, which refuses a fractional value: Feast would
+    silently truncate it. An ``Array(Float32)`` field ``name`` is gathered from ``name_0..name_k``.
+    """
+    from feast.value_type import ValueType
+
+    out = pd.DataFrame({c.name: source[c.name].astype(str).to_numpy() for c in view.entity_columns})
+    for field in view.features:
+        kind = field.dtype.to_value_type()
+        if kind == ValueType.FLOAT_LIST:
+            spread = [c for c in source.columns if c.startswith(f"{field.name}_")]
+            spread.sort(key=lambda c: int(c.rsplit("_", 1)[1]))
+            vectors = list(source[spread].to_numpy(np.float32))
+            out[field.name] = pd.Series(vectors, index=out.index, dtype=object)
+            continue
+        values = source[field.name]
+        if kind == ValueType.INT64:
+            out[field.name] = values.astype("Int64").to_numpy()
+        elif kind == ValueType.DOUBLE:
+            out[field.name] = values.astype(float).to_numpy()
+        elif kind == ValueType.STRING:
+            out[field.name] = [None if pd.isna(v) else str(v) for v in values]
+        else:
+            raise TypeError(f"{view.name}.{field.name}: no synthetic values for {field.dtype}")
+    out["event_timestamp"] = stamp
+    out["created"] = stamp
+    return out
+
+
+def users_frame(world: World) -> pd.DataFrame:
+    """The world's users as ``user_features`` rows (metro and home cell added)."""
+    import h3
+
+    from pipelines.index.geo import GeoParams
+
+    resolution = GeoParams().travel_resolution
+    rows = [
+        {
+            "user_id": uid,
+            "metro": "nyc",
+            "home_cell7": h3.latlng_to_cell(row.values["home_lat"], row.values["home_lng"], resolution),
+            **row.values,
+        }
+        for uid, row in world.users.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def write_world_online(store: FeatureStore, world: World) -> dict[str, int]:
+    """Every event view, keyed view and ``user_features`` filled from the world; rows per view."""
+    from serving.live import EVENT_VIEWS, KEYED_VIEWS, USER_VIEW
+
+    stamp = pd.Timestamp(world.now - STAMP_LAG)
+    sources: dict[str, pd.DataFrame] = {name: world.catalog for name in EVENT_VIEWS}
+    for name, key in KEYED_VIEWS.items():
+        sources[name] = world.catalog.drop_duplicates(key)
+    sources[USER_VIEW] = users_frame(world)
+    written: dict[str, int] = {}
+    for name, source in sources.items():
+        frame = online_frame(source, store.get_feature_view(name), stamp)
+        store.write_to_online_store(name, frame)
+        written[name] = len(frame)
+    return written
+
+
+def silver_events(catalog: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """What ``read_silver_state`` would hand ``build_event_snapshot`` for these catalog rows."""
+    frame = catalog.iloc[rows][list(SILVER_COLUMNS)].reset_index(drop=True)
+    frame["rsvps_so_far"] = catalog["rsvp_count"].to_numpy()[rows]
+    return frame
+
+
+def snapshot_mismatches(expected: EventSnapshot, got: EventSnapshot) -> tuple[int, int]:
+    """``(values checked, values that differ)`` between ``got`` and the same events of
+    ``expected``: every feature of ``expected`` (one it lacks counts as a mismatch on every row)
+    and the organizer's event count. NaN equals NaN (both missing)."""
+    rows = expected.rows_for(got.event_id)
+    if (rows < 0).any():
+        raise ValueError(f"{int((rows < 0).sum())} events read back that the snapshot does not hold")
+    names = [n for n in expected.feature_names if n in got.feature_names]
+    lacking = len(expected.feature_names) - len(names)
+    a = np.column_stack(
+        [expected.features[rows][:, expected.column_positions(names)], expected.org_event_count[rows]]
+    )
+    b = np.column_stack([got.features[:, got.column_positions(names)], got.org_event_count])
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    return int(a.size) + lacking * len(rows), int((~same).sum()) + lacking * len(rows)
+
+
+def user_mismatches(expected: UserRow, got: UserRow | None) -> tuple[int, int]:
+    """``(values checked, values that differ)`` over ``expected``'s features."""
+    checked = len(expected.values)
+    if got is None:
+        return checked, checked
+    return checked, sum(got.values.get(k) != v for k, v in expected.values.items())
+
+
+def feast_read_baseline(
+    world: World,
+    state: ServingState,
+    reqs: list[FeedRequest],
+    n_requests: int,
+    user_requests: int,
+    say: Progress,
+) -> dict[str, Any]:
+    """The Feast SDK read path on the first ``n_requests`` requests, from a throwaway local store."""
+    say("importing feast...")
+    with _quiet_feast(), tempfile.TemporaryDirectory(prefix="turnout-bench-feast-") as home:
+        from conf import load_settings
+        from features.views import EMBEDDING_DIM
+        from pipelines.features.store import get_store
+        from serving.live import EVENT_VIEWS, KEYED_VIEWS, USER_VIEW, OnlineUserSource, build_event_snapshot
+
+        settings = load_settings("local", home=home, environ={})
+        say(f"applying features/ to a local Feast store in {home} (starts Spark once)...")
+        t = time.perf_counter()
+        apply_feature_repo(settings)
+        apply_s = time.perf_counter() - t
+        store = get_store(settings, offline=False)  # as serving opens it: no Spark
+        say(f"writing {len(world.catalog):,} events and {len(world.users):,} users to the online store...")
+        t = time.perf_counter()
+        written = write_world_online(store, world)
+        write_s = time.perf_counter() - t
+
+        user_names = frozenset(f.name for f in store.get_feature_view(USER_VIEW).features)
+        tower = world.snapshot.tower_version
+        users = OnlineUserSource(store, {uid: row.friends for uid, row in world.users.items()})
+        now = world.now
+        first = silver_events(world.catalog, _candidate_rows(state, world, reqs[0])[:100])
+        build_event_snapshot(store, first, now, EMBEDDING_DIM, tower, user_names)  # warm the registry cache
+        users.get(reqs[0].user_id, now)
+
+        read_ms: list[float] = []
+        rows_read: list[int] = []
+        keys_read: list[int] = []
+        checked = mismatched = 0
+        for i, req in enumerate(reqs[:n_requests]):
+            rows = _candidate_rows(state, world, req)
+            frame = silver_events(world.catalog, rows)
+            say(f"reading {len(frame):,} candidates through the Feast SDK, request {i + 1}/{n_requests}...")
+            t = time.perf_counter()
+            snapshot = build_event_snapshot(store, frame, now, EMBEDDING_DIM, tower, user_names)
+            user = users.get(req.user_id, now)
+            read_ms.append((time.perf_counter() - t) * 1000)
+            rows_read.append(len(frame))
+            # Entity keys the SDK serialized: each event once per event view, each distinct
+            # organizer, venue, series and market once, and the user.
+            keyed = world.catalog.iloc[rows]
+            keys_read.append(
+                len(EVENT_VIEWS) * len(frame) + sum(keyed[k].nunique() for k in KEYED_VIEWS.values()) + 1
+            )
+            c, m = snapshot_mismatches(world.snapshot, snapshot)
+            cu, mu = user_mismatches(world.users[req.user_id], user)
+            checked, mismatched = checked + c + cu, mismatched + m + mu
+
+        say(f"reading the user row alone through the Feast SDK, {user_requests} requests...")
+        user_ms: list[float] = []
+        user_checked = user_mismatched = 0
+        for req in (reqs * (user_requests // max(1, len(reqs)) + 1))[:user_requests]:
+            t = time.perf_counter()
+            user = users.get(req.user_id, now)
+            user_ms.append((time.perf_counter() - t) * 1000)
+            c, m = user_mismatches(world.users[req.user_id], user)
+            user_checked, user_mismatched = user_checked + c, user_mismatched + m
+
+    return {
+        "baseline_feast_sdk_read_ms": {
+            "p50": _pct(read_ms, 50),
+            "p99": _pct(read_ms, 99),
+            "requests": len(read_ms),
+            "rows_per_request": int(np.percentile(rows_read, 50)),
+            "keys_per_request": int(np.percentile(keys_read, 50)),
+            "values_checked": checked,
+            "mismatches": mismatched,
+        },
+        "feast_user_read_ms": {
+            "p50": _pct(user_ms, 50) if user_ms else None,
+            "p99": _pct(user_ms, 99) if user_ms else None,
+            "requests": len(user_ms),
+            "values_checked": user_checked,
+            "mismatches": user_mismatched,
+        },
+        "feast_store": {"apply_s": round(apply_s, 1), "write_s": round(write_s, 1), "rows_written": written},
     }
