@@ -14,36 +14,16 @@ import argparse
 import json
 import sys
 
-from serving.bench import run_bench
+from conf import load_settings
+from serving.bench import run_bench, summary_lines, table_rows
 
 
 def print_table(report: dict) -> None:
-    print("| stage | p50 ms | p99 ms |\n| --- | --- | --- |")
-    for name, v in report["stages_ms"].items():
-        print(f"| {name} | {v['p50']} | {v['p99']} |")
-    print(f"| **total (feed path)** | **{report['p50_ms']}** | **{report['p99_ms']}** |")
-    b = report["baseline_full_lightgbm_ms"]
-    print(f"| stock LightGBM, both heads on all candidates (scoring only) | {b['p50']} | {b['p99']} |")
-    f, u = report["baseline_feast_sdk_read_ms"], report["feast_user_read_ms"]
-    if f is not None:
-        print(
-            f"| Feast SDK read: {f['rows_per_request']:,} candidates from every event view + the user row "
-            f"(read only) | {f['p50']} | {f['p99']} |"
-        )
-        print(
-            f"| Feast SDK read: the user row alone (the service's per-request read) | {u['p50']} | {u['p99']} |"
-        )
-    print(
-        f"\n{report['requests']} requests, candidates p50 {report['candidates_p50']}, heads {report['heads']}, "
-        f"{report['num_threads']} LightGBM thread(s); first-stage cut keeps "
-        f"{report['cut_keeps_expected_attendance_top24']} of the full model's top-24 expected attendance"
-    )
-    if f is not None:
-        print(
-            f"Feast SDK read: {f['requests']} request(s) of {f['keys_per_request']:,} entity keys, "
-            f"{f['mismatches']} of {f['values_checked']:,} values differ from the snapshot; user row alone: "
-            f"{u['requests']} requests, {u['mismatches']} of {u['values_checked']:,} values differ"
-        )
+    print("| stage | p50 ms | p99 ms | p50 ms, LightGBM predictor | p99 ms, LightGBM predictor |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for row in table_rows(report):
+        print("| " + " | ".join(row) + " |")
+    print("\n" + "\n".join(summary_lines(report)))
 
 
 def main() -> None:
@@ -56,6 +36,12 @@ def main() -> None:
         default=3,
         help="requests also read through the Feast SDK (~5 s each at 15,000 candidates; 0 skips it)",
     )
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="score with LightGBM's predictor only (default: compile the heads as registration does, "
+        "cached under $TURNOUT_HOME/cache/compiled, and serve the same requests both ways)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     report = run_bench(
@@ -63,6 +49,7 @@ def main() -> None:
         events=args.events,
         feast_requests=args.feast_requests,
         progress=lambda message: print(message, file=sys.stderr, flush=True),
+        compiled_cache=None if args.no_compile else load_settings().home / "cache" / "compiled",
     )
     print_table(report)
     if args.json:

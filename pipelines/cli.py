@@ -579,35 +579,37 @@ def bench_serving(
             "(~5 s each at 15,000 candidates; 0 skips it)."
         ),
     ] = 3,
+    no_compile: Annotated[
+        bool,
+        typer.Option(
+            "--no-compile",
+            help="Score with LightGBM's predictor only (default: compile the heads as registration does, "
+            "cached under $TURNOUT_HOME/cache/compiled, and serve the same requests both ways).",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
+    profile: Profile = None,
 ) -> None:
     """Time feed requests on a dense synthetic metro, per stage, beside stock LightGBM full scoring
     and the Feast SDK read path on the same requests."""
-    from serving.bench import run_bench
+    from serving.bench import run_bench, summary_lines, table_rows
 
-    report = run_bench(requests=requests, events=events, feast_requests=feast_requests, progress=err.print)
-    table = Table(title=f"{report['requests']} feed requests, candidates p50 {report['candidates_p50']}")
-    for col in ("stage", "p50 ms", "p99 ms"):
+    cache = None if no_compile else _settings(profile).home / "cache" / "compiled"
+    report = run_bench(
+        requests=requests,
+        events=events,
+        feast_requests=feast_requests,
+        progress=err.print,
+        compiled_cache=cache,
+    )
+    table = Table(title=f"{report['requests']} feed requests, candidates p50 {report['candidates_p50']:,}")
+    for col in ("stage", "p50 ms", "p99 ms", "p50 ms, LightGBM predictor", "p99 ms, LightGBM predictor"):
         table.add_column(col, justify="left" if col == "stage" else "right")
-    for name, v in report["stages_ms"].items():
-        table.add_row(name, f"{v['p50']:.2f}", f"{v['p99']:.2f}")
-    table.add_row("total (feed path)", f"{report['p50_ms']:.2f}", f"{report['p99_ms']:.2f}")
-    b = report["baseline_full_lightgbm_ms"]
-    table.add_row("stock LightGBM, both heads, all candidates", f"{b['p50']:.2f}", f"{b['p99']:.2f}")
-    f, u = report["baseline_feast_sdk_read_ms"], report["feast_user_read_ms"]
-    if f is not None:
-        table.add_row(
-            f"Feast SDK read, {f['rows_per_request']:,} candidates + user",
-            f"{f['p50']:.2f}",
-            f"{f['p99']:.2f}",
-        )
-        table.add_row("Feast SDK read, user row alone", f"{u['p50']:.2f}", f"{u['p99']:.2f}")
+    for row in table_rows(report):
+        table.add_row(*(cell.replace("**", "") for cell in row))
     err.print(table)
-    if f is not None:
-        err.print(
-            f"Feast read values that differ from the snapshot: {f['mismatches']} of {f['values_checked']:,} "
-            f"(events), {u['mismatches']} of {u['values_checked']:,} (users)"
-        )
+    for line in summary_lines(report):
+        err.print(line)
     _emit(report, as_json)
 
 

@@ -26,11 +26,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from models.compiled import MANIFEST_FILE
+from models.heads import Head
 from serving.config import ServingConfig
 from serving.features import UserRow, assemble, zone_offsets_min
 from serving.feed import FeedRequest, serve_feed
@@ -123,9 +126,13 @@ def run_bench(
     feast_user_requests: int = 50,
     seed: int = 0,
     progress: Progress | None = None,
+    compiled_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Serve ``requests`` feeds and time both baselines on the first of the same requests.
 
+    With ``compiled_cache`` the heads are compiled as registration compiles them (kept there by
+    model hash: the first run pays about a minute per head) and the feed path scores with native
+    code; the same requests are then served again with LightGBM's own predictor, for the ratio.
     ``feast_requests=0`` skips the Feast baseline (its keys are then None). ``progress`` hears
     about slow steps (default: the log).
     """
@@ -137,14 +144,14 @@ def run_bench(
         make_head("rsvp", rows=12_000, rounds=300, params=HEAVY_HEAD, seed=1),
         make_head("attend", rows=12_000, rounds=300, params=HEAVY_HEAD, seed=2),
     )
+    plain_heads = heads
+    if compiled_cache is not None:
+        heads = (_compiled(heads[0], compiled_cache, say), _compiled(heads[1], compiled_cache, say))
     setup_s = time.perf_counter() - t0
     config = ServingConfig()
     state = make_state(world, heads, config=config)
     rng = np.random.default_rng(seed)
     users = list(world.users)
-    totals: list[float] = []
-    candidates: list[int] = []
-    stages: dict[str, list[float]] = {}
     reqs = [
         FeedRequest(
             str(rng.choice(users)),
@@ -155,15 +162,18 @@ def run_bench(
         )
         for i in range(requests)
     ]
-    say(f"serving {requests} feed requests...")
-    serve_feed(state, reqs[0])  # warm caches (zone offsets, numpy paths)
-    for req in reqs:
-        result = serve_feed(state, req)
-        totals.append(result.stages_ms["total"])
-        candidates.append(result.candidates)
-        for name, ms in result.stages_ms.items():
-            if name != "total":
-                stages.setdefault(name, []).append(ms)
+    backend = state.models.current.scorer.backend() if state.models.current else "none"
+    say(f"serving {requests} feed requests (trees scored by {backend})...")
+    totals, candidates, stages = _serve_all(state, reqs)
+    lightgbm_path: dict[str, Any] | None = None
+    if heads is not plain_heads:
+        say(f"the same {requests} requests with LightGBM's own predictor...")
+        lgb_totals, _, lgb_stages = _serve_all(make_state(world, plain_heads, config=config), reqs)
+        lightgbm_path = {
+            "p50_ms": _pct(lgb_totals, 50),
+            "p99_ms": _pct(lgb_totals, 99),
+            "stages_ms": {k: {"p50": _pct(v, 50), "p99": _pct(v, 99)} for k, v in lgb_stages.items()},
+        }
 
     # Baseline: stock LightGBM, both full heads over every eligible candidate, same requests.
     say(f"stock LightGBM, both heads on every candidate, {min(baseline_requests, requests)} requests...")
@@ -180,11 +190,11 @@ def run_bench(
             snap, rows, columns, user, req.lat, req.lng, req.now.timestamp(), np.zeros(len(rows)), offsets
         )
         t = time.perf_counter()
-        full = heads[0].predict(x, config.num_threads) * heads[1].predict(x, config.num_threads)
+        full = plain_heads[0].predict(x, config.num_threads) * plain_heads[1].predict(x, config.num_threads)
         full_ms.append((time.perf_counter() - t) * 1000)
         # What the first-stage cut costs: the full model's expected attendance of its own top 24
         # with and without the cut (model-estimated, not ground truth).
-        kept = prefilter(x, heads[0], config.prefilter_trees, config.prefilter_keep, config.num_threads)
+        kept = prefilter(x, plain_heads[0], config.prefilter_trees, config.prefilter_keep, config.num_threads)
         best = np.sort(full)[::-1][:24].sum()
         best_cut = np.sort(full[kept])[::-1][:24].sum()
         kept_share.append(float(best_cut / best) if best > 0 else 1.0)
@@ -213,10 +223,45 @@ def run_bench(
             "min": round(min(kept_share), 4),
             "mean": round(float(np.mean(kept_share)), 4),
         },
+        "scoring": backend,
+        "feed_path_lightgbm_predictor": lightgbm_path,
         "heads": {h.name: {"trees": h.booster.num_trees(), "columns": len(h.columns)} for h in heads},
         "num_threads": config.num_threads,
         "setup_s": round(setup_s, 1),
     }
+
+
+def _serve_all(
+    state: ServingState, reqs: list[FeedRequest]
+) -> tuple[list[float], list[int], dict[str, list[float]]]:
+    """Each request's total, candidate count and per-stage times (after one warm-up request)."""
+    totals: list[float] = []
+    candidates: list[int] = []
+    stages: dict[str, list[float]] = {}
+    serve_feed(state, reqs[0])  # warm caches (zone offsets, numpy paths)
+    for req in reqs:
+        result = serve_feed(state, req)
+        totals.append(result.stages_ms["total"])
+        candidates.append(result.candidates)
+        for name, ms in result.stages_ms.items():
+            if name != "total":
+                stages.setdefault(name, []).append(ms)
+    return totals, candidates, stages
+
+
+def _compiled(head: Head, cache: Path, say: Progress) -> Head:
+    """``head`` with its trees compiled (reused from ``cache`` when this model was compiled before)."""
+    directory = cache / f"{head.name}-{head.model_sha256()[:16]}"
+    manifest = directory / MANIFEST_FILE
+    if not manifest.exists():
+        say(
+            f"compiling the {head.name} head's {head.booster.num_trees()} trees (once; cached in {directory})..."
+        )
+        head.compile_to(directory)
+    compiled, why = head.with_compiled(manifest)
+    if why:
+        say(f"compiled {head.name} head not used: {why}")
+    return compiled
 
 
 def _candidate_rows(state: ServingState, world: World, req: FeedRequest) -> np.ndarray:
@@ -451,3 +496,61 @@ def feast_read_baseline(
         },
         "feast_store": {"apply_s": round(apply_s, 1), "write_s": round(write_s, 1), "rows_written": written},
     }
+
+
+def table_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """The report as rows of (what, p50, p99, p50 with LightGBM's predictor, p99 with it): the
+    per-stage feed path, then the two baselines (their times in the first pair)."""
+    lgb_path = report.get("feed_path_lightgbm_predictor") or {}
+    lgb_stages = lgb_path.get("stages_ms", {})
+
+    def other(name: str, q: str) -> str:
+        v = lgb_stages.get(name)
+        return f"{v[q]:.2f}" if v else "-"
+
+    rows = [
+        (name, f"{v['p50']:.2f}", f"{v['p99']:.2f}", other(name, "p50"), other(name, "p99"))
+        for name, v in report["stages_ms"].items()
+    ]
+    rows.append(
+        (
+            "**total (feed path)**",
+            f"**{report['p50_ms']:.2f}**",
+            f"**{report['p99_ms']:.2f}**",
+            f"{lgb_path['p50_ms']:.2f}" if lgb_path else "-",
+            f"{lgb_path['p99_ms']:.2f}" if lgb_path else "-",
+        )
+    )
+    b = report["baseline_full_lightgbm_ms"]
+    rows.append(
+        ("baseline: stock LightGBM, both heads on every candidate (scoring only)", f"{b['p50']:.2f}",
+         f"{b['p99']:.2f}", "", "")
+    )  # fmt: skip
+    f, u = report["baseline_feast_sdk_read_ms"], report["feast_user_read_ms"]
+    if f is not None:
+        rows.append(
+            (f"baseline: Feast SDK read of {f['rows_per_request']:,} candidates from every event view + the "
+             "user row (read only)", f"{f['p50']:.2f}", f"{f['p99']:.2f}", "", "")
+        )  # fmt: skip
+        rows.append(
+            ("Feast SDK read of the user row alone (the service's per-request read)", f"{u['p50']:.2f}",
+             f"{u['p99']:.2f}", "", "")
+        )  # fmt: skip
+    return rows
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """What the table leaves out: sizes, the cut's cost, the Feast read's correctness."""
+    lines = [
+        f"{report['requests']} requests, candidates p50 {report['candidates_p50']:,}, heads {report['heads']}, "
+        f"trees scored by {report['scoring']}, {report['num_threads']} scoring thread(s); the first-stage cut "
+        f"keeps {report['cut_keeps_expected_attendance_top24']} of the full model's top-24 expected attendance"
+    ]
+    f, u = report["baseline_feast_sdk_read_ms"], report["feast_user_read_ms"]
+    if f is not None:
+        lines.append(
+            f"Feast SDK read: {f['requests']} request(s) of {f['keys_per_request']:,} entity keys, "
+            f"{f['mismatches']} of {f['values_checked']:,} values differ from the snapshot; user row alone: "
+            f"{u['requests']} requests, {u['mismatches']} of {u['values_checked']:,} values differ"
+        )
+    return lines

@@ -206,36 +206,53 @@ def read_silver_state(
 # ---- the online store ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class OnlineView:
+    """One online feature view's names and TTL, read once from the registry (Feast rebuilds the
+    view from its proto on every ``get_feature_view``, ~1 ms: too slow per request)."""
+
+    name: str
+    features: tuple[str, ...]
+    ttl_s: float
+
+    @classmethod
+    def of(cls, store: FeatureStore, name: str) -> OnlineView:
+        view = store.get_feature_view(name)
+        ttl_s = view.ttl.total_seconds() if view.ttl is not None else 0.0
+        return cls(name, tuple(f.name for f in view.features), ttl_s)
+
+    def read(self, store: FeatureStore, key: str, keys: list[str], now: datetime) -> dict[str, list[Any]]:
+        """Each feature's values for ``keys`` of ``key``; a value stamped before ``now - ttl``
+        (Feast does not apply TTL online) or after ``now`` (the store is ahead of the instant
+        served) is missing (None), as the point-in-time join reads it."""
+        response = store.get_online_features(
+            features=[f"{self.name}:{n}" for n in self.features], entity_rows=[{key: k} for k in keys]
+        ).to_dict(include_event_timestamps=True)
+        now_s = now.timestamp()
+        oldest = now_s - self.ttl_s if self.ttl_s > 0 else -np.inf
+        out: dict[str, list[Any]] = {}
+        for name in self.features:
+            stamps = response.get(f"{name}__ts")
+            column = response[name]
+            if stamps is not None:
+                column = [
+                    v if ts is not None and oldest <= ts <= now_s else None
+                    for v, ts in zip(column, stamps, strict=True)
+                ]
+            out[name] = column
+        return out
+
+
 def read_online_view(
     store: FeatureStore, view_name: str, key: str, values: Iterable[Any], now: datetime
 ) -> pd.DataFrame:
-    """Every feature of one online view for ``values`` of its key, one row per distinct value.
-
-    A value stamped before ``now - ttl`` (Feast does not apply TTL online) or after ``now`` (the
-    store is ahead of the instant served) is missing (None), as the point-in-time join reads it.
-    """
+    """Every feature of one online view for ``values`` of its key, one row per distinct value
+    (TTL applied as ``OnlineView.read`` says)."""
     keys = sorted({str(v) for v in values if v is not None and not (isinstance(v, float) and np.isnan(v))})
-    view = store.get_feature_view(view_name)
-    names = [f.name for f in view.features]
+    view = OnlineView.of(store, view_name)
     if not keys:
-        return pd.DataFrame({key: [], **{n: [] for n in names}})
-    response = store.get_online_features(
-        features=[f"{view_name}:{n}" for n in names], entity_rows=[{key: k} for k in keys]
-    ).to_dict(include_event_timestamps=True)
-    now_s = now.timestamp()
-    ttl_s = view.ttl.total_seconds() if view.ttl is not None else 0.0
-    oldest = now_s - ttl_s if ttl_s > 0 else -np.inf
-    out: dict[str, list[Any]] = {key: keys}
-    for name in names:
-        stamps = response.get(f"{name}__ts")
-        column = response[name]
-        if stamps is not None:
-            column = [
-                v if ts is not None and oldest <= ts <= now_s else None
-                for v, ts in zip(column, stamps, strict=True)
-            ]
-        out[name] = column
-    return pd.DataFrame(out)
+        return pd.DataFrame({key: [], **{n: [] for n in view.features}})
+    return pd.DataFrame({key: keys, **view.read(store, key, keys, now)})
 
 
 def _spread_embeddings(frame: pd.DataFrame, dim: int) -> pd.DataFrame:
@@ -299,10 +316,11 @@ class OnlineUserSource:
     def __init__(self, store: FeatureStore, friends: dict[str, tuple[str, ...]]) -> None:
         self.store = store
         self.friends = friends
+        self.view = OnlineView.of(store, USER_VIEW)
 
     def get(self, user_id: str, now: datetime) -> UserRow | None:
-        rows = read_online_view(self.store, USER_VIEW, "user_id", [user_id], now)
-        values = {str(k): v for k, v in rows.iloc[0].to_dict().items() if k != "user_id"}
+        columns = self.view.read(self.store, "user_id", [user_id], now)
+        values = {name: column[0] for name, column in columns.items()}
         if all(v is None or (isinstance(v, float) and np.isnan(v)) for v in values.values()):
             return None  # unknown (or expired) user: the cold-start path
         return UserRow(user_id, values, self.friends.get(user_id, ()))

@@ -10,9 +10,11 @@ Two views of the newest p_rsvp training set's temporal test slice:
   RSVPs and expected attendances per 25-slot feed, and Recall@25 of the RSVPs that came from the
   uniformly random half of slot 25 (the only unbiased labels).
 
-Models: ``champion`` (p_rsvp x p_attend, both registry champions), ``rsvp_only`` (the same p_rsvp
-head alone), ``popularity`` (RSVPs the event had so far, point in time), ``random``, and
-``oracle`` (the ground truth's own P(attend), the ceiling).
+Models: ``champion`` (p_rsvp x p_attend, both registry champions), ``champion_first_stage``
+(the same, ranking only what serving's first stage keeps: per request the best tenth of the
+candidates, at least 2 x 25, by the p_rsvp head's first trees, as 1,500 of 15,000 at full
+density), ``rsvp_only`` (the same p_rsvp head alone), ``popularity`` (RSVPs the event had so far,
+point in time), ``random``, and ``oracle`` (the ground truth's own P(attend), the ceiling).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pandas as pd
 
 from conf import Settings
 from models import metrics
+from models.compiled import FIRST_STAGE_TREES
 from models.heads import Scorer, to_model_frame
 from pipelines.training import registry
 from pipelines.training.examples import KEY_COLUMNS
@@ -35,7 +38,9 @@ from pipelines.training.sets import read_training_set, split_training_set, train
 
 log = logging.getLogger(__name__)
 
-MODELS = ("champion", "rsvp_only", "popularity", "random", "oracle")
+MODELS = ("champion", "champion_first_stage", "rsvp_only", "popularity", "random", "oracle")
+# Serving's first stage keeps 1,500 of up to 15,000 candidates (serving/config.py): a tenth.
+FIRST_STAGE_SHARE = 0.1
 Progress = Callable[[str, int, int], None]
 
 
@@ -72,6 +77,7 @@ def model_scores(frame: pd.DataFrame, scorer: Scorer, truth: Any, seed: int) -> 
     popularity = pd.to_numeric(frame["rsvp_count"], errors="coerce").fillna(0).to_numpy()
     return {
         "champion": s["score"],
+        "champion_first_stage": first_stage_cut(frame, scorer, s["score"]),
         "rsvp_only": s["p_rsvp"],
         # Ties (most events have few RSVPs) broken at random, not by row order.
         "popularity": popularity + 0.01 * rng.random(len(frame)),
@@ -80,6 +86,19 @@ def model_scores(frame: pd.DataFrame, scorer: Scorer, truth: Any, seed: int) -> 
         "_p_rsvp_true": p_r,
         "_p_attend_true": p_a,
     }
+
+
+def first_stage_cut(frame: pd.DataFrame, scorer: Scorer, score: np.ndarray, k: int = 25) -> np.ndarray:
+    """``score`` where serving's first stage would keep the row, -inf where it cuts it: per
+    request, the best ``max(2k, FIRST_STAGE_SHARE x candidates)`` by the p_rsvp head's first
+    ``FIRST_STAGE_TREES`` trees."""
+    if scorer.rsvp is None:
+        return score
+    first = scorer.rsvp.first_trees_raw(frame, FIRST_STAGE_TREES)
+    by_request = pd.Series(first).groupby(frame["request_id"].to_numpy())
+    rank = by_request.rank(method="first", ascending=False).to_numpy()
+    keep = np.maximum(2 * k, np.ceil(FIRST_STAGE_SHARE * by_request.transform("size").to_numpy()))
+    return np.where(rank <= keep, score, -np.inf)
 
 
 def _candidates(settings: Settings, requests: pd.DataFrame, horizon: timedelta) -> pd.DataFrame:
@@ -147,6 +166,7 @@ def evaluate(
     table["rsvp_only"]["ece"] = metrics.ece(test["rsvped"].to_numpy(), logged["rsvp_only"])
     table["oracle"]["ece"] = metrics.ece(attended, logged["oracle"])
     table["popularity"]["ece"] = table["random"]["ece"] = None  # scores, not probabilities
+    table["champion_first_stage"]["ece"] = None  # the champion's probabilities, on fewer rows
 
     step("catalog candidates", 1)
     reqs = _sample_requests(test, requests, cfg.seed)
