@@ -61,6 +61,8 @@ if TYPE_CHECKING:
     from feast import FeatureStore
     from pyspark.sql import DataFrame, SparkSession
 
+    from pipelines.index.geo import GeoIndex
+
 log = logging.getLogger(__name__)
 
 HEADS = ("rsvp", "attend")
@@ -440,6 +442,15 @@ def load_serving_state(
         availability.set_capacity(silver.capacity)  # authoritative seats taken, after the RSVPs' +1s
         availability.cancel(silver.cancelled)
 
+    def follow_index(served: str | None) -> tuple[GeoIndex, str] | None:
+        """A newly published index, if the pointer moved; refused when built with another tower
+        (this process's snapshot and champions read that tower's embeddings: restart to move)."""
+        pointer = geo_store(settings).read_pointer()
+        if pointer is None or pointer.version == served:
+            return None
+        fresh = load_live_index(geo_store(settings), live.tower_version)
+        return fresh.index, fresh.version
+
     state = ServingState(
         config=cfg,
         snapshot=build_event_snapshot(
@@ -454,6 +465,7 @@ def load_serving_state(
         clock=request_clock,
         refresh_snapshot_fn=snapshot,
         refresh_models_fn=refresh_models,
+        refresh_index_fn=follow_index,
     )
     if models.current is not None:
         state.health["model"].set("ok", models.current.version)

@@ -1,5 +1,5 @@
-"""Background refresh while the service runs: the champions when an alias moves, the event snapshot
-from the online store on a slower beat.
+"""Background refresh while the service runs: the champions when an alias moves; on a slower beat
+the published index pointer and the event snapshot from the online store.
 
 One daemon thread per process, started and stopped with the app (``create_app(..., refresher=)``).
 Each refresh is ``ServingState.refresh_models`` / ``refresh_snapshot``: a failure keeps the last
@@ -32,8 +32,8 @@ class RefreshStats:
 
 
 class BackgroundRefresher:
-    """Calls ``state.refresh_models()`` every ``model_every_s`` and ``state.refresh_snapshot()``
-    every ``snapshot_every_s`` seconds (0: never) on a daemon thread."""
+    """Calls ``state.refresh_models()`` every ``model_every_s`` and ``state.refresh_index()`` then
+    ``state.refresh_snapshot()`` every ``snapshot_every_s`` seconds (0: never) on a daemon thread."""
 
     def __init__(self, state: ServingState, model_every_s: float, snapshot_every_s: float) -> None:
         self.state = state
@@ -71,6 +71,7 @@ class BackgroundRefresher:
                 self._once("model", self.state.refresh_models)
                 next_model = time.monotonic() + self.model_every_s
             if now >= next_snapshot:
+                self._once("index", self.state.refresh_index)
                 self._once("snapshot", self.state.refresh_snapshot)
                 next_snapshot = time.monotonic() + self.snapshot_every_s
 
@@ -84,7 +85,7 @@ class BackgroundRefresher:
         if what == "model":
             self.stats.model_runs += 1
             self.stats.last_model_at = time.time()
-        else:
+        elif what == "snapshot":
             self.stats.snapshot_runs += 1
             self.stats.last_snapshot_at = time.time()
         log.debug("%s refresh took %.0f ms", what, (time.perf_counter() - t) * 1000)

@@ -156,6 +156,8 @@ class ServingState:
     seed: int = 0
     refresh_snapshot_fn: Callable[[], EventSnapshot] | None = None
     refresh_models_fn: Callable[[ModelHolder], None] | None = None
+    # Given the version served, a newer published index and its version (None: unchanged).
+    refresh_index_fn: Callable[[str | None], tuple[GeoIndex, str] | None] | None = None
     health: dict[str, Component] = field(default_factory=dict)
     # Last sold-out/cancelled set read successfully: used (and reported) when the counter is down.
     last_unavailable: frozenset[str] = frozenset()
@@ -194,6 +196,23 @@ class ServingState:
         self.snapshot = fresh
         self.health["online_store"].set("ok")
         self.health["snapshot"].set("ok")
+        return True
+
+    def refresh_index(self) -> bool:
+        """Follow the published index pointer; on failure (or a refusal) keep the one served."""
+        if self.refresh_index_fn is None:
+            return False
+        try:
+            fresh = self.refresh_index_fn(self.index_version)
+        except Exception as e:
+            log.warning("index refresh failed, keeping index %s: %s", self.index_version, e)
+            self.health["index"].set("degraded", f"keeping {self.index_version}: {e}")
+            return False
+        if fresh is None:
+            return False
+        self.index, self.index_version = fresh
+        self.health["index"].set("ok", f"moved to {self.index_version}")
+        log.info("serving index %s", self.index_version)
         return True
 
     def refresh_models(self) -> None:
@@ -243,5 +262,7 @@ class ServingState:
         components["snapshot"]["age_s"] = round(now - self.snapshot.built_at_s, 1)
         components["index"]["version"] = self.index_version
         components["model"]["version"] = self.model_version()
+        # compiled (native trees shipped with the model) or lightgbm (its own predictor)
+        components["model"]["scoring"] = self.models.current.scorer.backend() if self.models.current else None
         status = "ok" if all(c.status == "ok" for c in self.health.values()) else "degraded"
         return {"status": status, "components": components}

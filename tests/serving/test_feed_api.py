@@ -100,5 +100,6 @@ def test_healthz_reports_each_component_and_metrics_are_prometheus_text(client) 
         "impression_log",
     }
     assert health["components"]["model"]["version"] == "rsvp:v1+attend:v1"
+    assert health["components"]["model"]["scoring"] == "lightgbm"  # synthetic heads are not compiled
     text = client.get("/metrics").text
     assert "turnout_feed_stage_seconds_bucket" in text and "turnout_snapshot_age_seconds" in text

@@ -168,3 +168,24 @@ def test_turnout_feed_prints_the_response_as_the_last_line(
     response = json.loads(got.stdout.strip().splitlines()[-1])
     assert response["user_id"] == user and response["served_by"] == "model"
     assert len(response["events"]) == min(25, expected_feed_size(live.state, user)) > 0
+
+
+def test_the_service_follows_a_newly_published_index(live: Live) -> None:
+    """The refresher's index step: a new version behind the pointer is loaded and served; the
+    pointer is rolled back afterwards (the trained world is shared)."""
+    from pipelines.index.run import build_and_publish_index, rollback_index
+
+    state = live.state
+    before = state.index_version
+    assert state.refresh_index() is False  # nothing new
+    published = build_and_publish_index(live.settings, AS_OF)
+    try:
+        assert state.refresh_index() is True
+        assert state.index_version == published["build"]["version"] != before
+        assert state.health["index"].status == "ok"
+        result = serve_feed(state, FeedRequest(_busiest_user(state), AS_OF, request_id="live-req-index"))
+        assert result.served_by == "model" and result.events
+    finally:
+        rollback_index(live.settings)
+        state.refresh_index()
+    assert state.index_version == before

@@ -124,3 +124,32 @@ def test_turnout_feed_asks_a_running_service(world, heads) -> None:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_a_newly_published_index_is_followed_and_a_refused_one_keeps_the_last(world, heads) -> None:
+    from serving.synthetic import make_index
+
+    state = make_state(world, heads)
+    served = state.index
+    fresh = make_index(world.catalog, world.now)
+    published = {"version": "synthetic"}
+
+    def follow(current: str | None):
+        if published["version"] == current:
+            return None
+        if published["version"] == "v-other-tower":
+            raise ValueError("index v-other-tower was built for tower t2, the caller expects tower-syn")
+        return fresh, published["version"]
+
+    state.refresh_index_fn = follow
+    assert not state.refresh_index() and state.index is served  # pointer unchanged
+    published["version"] = "v-other-tower"
+    assert not state.refresh_index() and state.index is served
+    assert state.health["index"].status == "degraded" and "tower t2" in state.health["index"].detail
+    published["version"] = "v2"
+    refresher = BackgroundRefresher(state, model_every_s=0, snapshot_every_s=0.05)
+    with TestClient(create_app(state, refresher=refresher)) as client:
+        _wait_for(lambda: state.index_version == "v2")
+        assert state.index is fresh
+        assert client.get("/healthz").json()["components"]["index"]["version"] == "v2"
+        assert client.get("/v1/feed", params=Q).json()["served_by"] == "model"
