@@ -613,5 +613,12 @@ def bench_serving(
     _emit(report, as_json)
 
 
+# `turnout bench serving` (the spelling) is the same command as `turnout bench-serving`.
+bench_app = typer.Typer(
+    help="Benchmarks (tables on stderr, --json summary last on stdout).", no_args_is_help=True
+)
+bench_app.command("serving")(bench_serving)
+app.add_typer(bench_app, name="bench")
+
 if __name__ == "__main__":
     app()
