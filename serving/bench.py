@@ -127,13 +127,16 @@ def run_bench(
     seed: int = 0,
     progress: Progress | None = None,
     compiled_cache: Path | None = None,
+    http_requests: int = 100,
 ) -> dict[str, Any]:
     """Serve ``requests`` feeds and time both baselines on the first of the same requests.
 
     With ``compiled_cache`` the heads are compiled as registration compiles them (kept there by
     model hash: the first run pays about a minute per head) and the feed path scores with native
     code; the same requests are then served again with LightGBM's own predictor, for the ratio.
-    ``feast_requests=0`` skips the Feast baseline (its keys are then None). ``progress`` hears
+    ``http_requests`` of the same requests are also timed from a client through the real app
+    (uvicorn on loopback: routing, validation, JSON). ``feast_requests=0`` skips the Feast
+    baseline (its keys are then None). ``progress`` hears
     about slow steps (default: the log).
     """
     say = progress or log.info
@@ -206,6 +209,10 @@ def run_bench(
     }
     if feast_requests > 0:
         feast = feast_read_baseline(world, state, reqs, feast_requests, feast_user_requests, say)
+    http = None
+    if http_requests > 0:
+        say(f"the first {min(http_requests, requests)} requests again through HTTP (uvicorn on loopback)...")
+        http = http_latency(state, reqs[:http_requests])
 
     return {
         "requests": requests,
@@ -223,6 +230,7 @@ def run_bench(
             "min": round(min(kept_share), 4),
             "mean": round(float(np.mean(kept_share)), 4),
         },
+        "http_ms": http,
         "scoring": backend,
         "feed_path_lightgbm_predictor": lightgbm_path,
         "heads": {h.name: {"trees": h.booster.num_trees(), "columns": len(h.columns)} for h in heads},
@@ -247,6 +255,44 @@ def _serve_all(
             if name != "total":
                 stages.setdefault(name, []).append(ms)
     return totals, candidates, stages
+
+
+def http_latency(state: ServingState, reqs: list[FeedRequest]) -> dict[str, float | int]:
+    """Client-side latency of ``reqs`` through the app served by uvicorn on a loopback port."""
+    import socket
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from serving.app import create_app
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(state), port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    times: list[float] = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            deadline = time.monotonic() + 30
+            while not server.started:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("uvicorn did not start within 30 s")
+                time.sleep(0.05)
+            for i, req in enumerate([reqs[0], *reqs]):  # the first one warms up
+                params = {"user_id": req.user_id, "lat": req.lat, "lng": req.lng, "now": req.now.isoformat()}
+                t = time.perf_counter()
+                response = client.get("/v1/feed", params=params)
+                elapsed = (time.perf_counter() - t) * 1000
+                response.raise_for_status()
+                if i:
+                    times.append(elapsed)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    return {"p50": _pct(times, 50), "p99": _pct(times, 99), "requests": len(times)}
 
 
 def _compiled(head: Head, cache: Path, say: Progress) -> Head:
@@ -521,6 +567,12 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             f"{lgb_path['p99_ms']:.2f}" if lgb_path else "-",
         )
     )
+    h = report.get("http_ms")
+    if h:
+        rows.append(
+            (f"through HTTP: uvicorn on loopback, client-side ({h['requests']} of the requests)",
+             f"{h['p50']:.2f}", f"{h['p99']:.2f}", "", "")
+        )  # fmt: skip
     b = report["baseline_full_lightgbm_ms"]
     rows.append(
         ("baseline: stock LightGBM, both heads on every candidate (scoring only)", f"{b['p50']:.2f}",

@@ -27,6 +27,7 @@ def test_the_report_has_the_feed_path_and_both_baselines_side_by_side(report: di
     assert 0 < report["p50_ms"] <= report["p99_ms"]
     assert {"retrieve", "score", "user"} <= set(report["stages_ms"])
     assert report["baseline_full_lightgbm_ms"]["requests"] == 2
+    assert report["http_ms"]["requests"] == 4 and 0 < report["http_ms"]["p50"] <= report["http_ms"]["p99"]
     feast = report["baseline_feast_sdk_read_ms"]
     assert set(feast) >= {"p50", "p99", "requests", "rows_per_request"}
     assert feast["requests"] == 1 and 0 < feast["p50"] <= feast["p99"]
