@@ -1,7 +1,7 @@
 """Serving knobs in one frozen object, so the app, the tests and the benchmark share defaults.
 
-They live here rather than in ``conf/`` for now: a ``serving:`` section in the settings profiles
-is the natural home once the service runs beside the DAGs (see the serving issue).
+These are the request path's product knobs, the same in every deployment. What differs per
+deployment (the capacity counter's backend, the refresh intervals) is ``settings.serving``.
 """
 
 from __future__ import annotations
