@@ -29,18 +29,16 @@ import pandas as pd
 
 from conf import Settings
 from models import metrics
-from models.compiled import FIRST_STAGE_TREES
 from models.heads import Scorer, to_model_frame
 from pipelines.training import registry
 from pipelines.training.examples import KEY_COLUMNS
 from pipelines.training.report import logged_grades
 from pipelines.training.sets import read_training_set, split_training_set, training_set_description
+from serving.config import ServingConfig
 
 log = logging.getLogger(__name__)
 
 MODELS = ("champion", "champion_first_stage", "rsvp_only", "popularity", "random", "oracle")
-# Serving's first stage keeps 1,500 of up to 15,000 candidates (serving/config.py): a tenth.
-FIRST_STAGE_SHARE = 0.1
 Progress = Callable[[str, int, int], None]
 
 
@@ -69,15 +67,18 @@ def _oracle(truth: Any, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(p_r), np.asarray(p_a)
 
 
-def model_scores(frame: pd.DataFrame, scorer: Scorer, truth: Any, seed: int) -> dict[str, np.ndarray]:
-    """Each model's ranking score for each row of a model frame that also carries keys and context."""
+def model_scores(
+    frame: pd.DataFrame, scorer: Scorer, truth: Any, seed: int, first_stage: tuple[int, float]
+) -> dict[str, np.ndarray]:
+    """Each model's ranking score for each row of a model frame that also carries keys and context;
+    ``first_stage`` is serving's cut: (trees, share of the candidates kept)."""
     s = scorer.score(frame)
     p_r, p_a = _oracle(truth, frame)
     rng = np.random.default_rng(seed)
     popularity = pd.to_numeric(frame["rsvp_count"], errors="coerce").fillna(0).to_numpy()
     return {
         "champion": s["score"],
-        "champion_first_stage": first_stage_cut(frame, scorer, s["score"]),
+        "champion_first_stage": first_stage_cut(frame, scorer, s["score"], *first_stage),
         "rsvp_only": s["p_rsvp"],
         # Ties (most events have few RSVPs) broken at random, not by row order.
         "popularity": popularity + 0.01 * rng.random(len(frame)),
@@ -88,16 +89,17 @@ def model_scores(frame: pd.DataFrame, scorer: Scorer, truth: Any, seed: int) -> 
     }
 
 
-def first_stage_cut(frame: pd.DataFrame, scorer: Scorer, score: np.ndarray, k: int = 25) -> np.ndarray:
+def first_stage_cut(
+    frame: pd.DataFrame, scorer: Scorer, score: np.ndarray, trees: int, share: float, k: int = 25
+) -> np.ndarray:
     """``score`` where serving's first stage would keep the row, -inf where it cuts it: per
-    request, the best ``max(2k, FIRST_STAGE_SHARE x candidates)`` by the p_rsvp head's first
-    ``FIRST_STAGE_TREES`` trees."""
+    request, the best ``max(2k, share x candidates)`` by the p_rsvp head's first ``trees`` trees."""
     if scorer.rsvp is None:
         return score
-    first = scorer.rsvp.first_trees_raw(frame, FIRST_STAGE_TREES)
+    first = scorer.rsvp.first_trees_raw(frame, trees)
     by_request = pd.Series(first).groupby(frame["request_id"].to_numpy())
     rank = by_request.rank(method="first", ascending=False).to_numpy()
-    keep = np.maximum(2 * k, np.ceil(FIRST_STAGE_SHARE * by_request.transform("size").to_numpy()))
+    keep = np.maximum(2 * k, np.ceil(share * by_request.transform("size").to_numpy()))
     return np.where(rank <= keep, score, -np.inf)
 
 
@@ -155,7 +157,10 @@ def evaluate(
     frame, version = read_training_set(settings, "rsvp")
     split = split_training_set(settings, frame, training_set_description(settings, "rsvp", version))
     test = frame[split.test].reset_index(drop=True)
-    logged = model_scores(test, champion, truth, cfg.seed)
+    # Serving's funnel: its first stage keeps prefilter_keep of up to max_candidates (a tenth).
+    serving = ServingConfig()
+    first_stage = (serving.prefilter_trees, serving.prefilter_keep / settings.index.max_candidates)
+    logged = model_scores(test, champion, truth, cfg.seed, first_stage)
     grades = logged_grades(test)
     attended = test["attended"].fillna(0).to_numpy()
     table: dict[str, dict[str, Any]] = {}
@@ -185,7 +190,7 @@ def evaluate(
     )
 
     step("ranking", 3)
-    scores = model_scores(model_frame, champion, truth, cfg.seed + 1)
+    scores = model_scores(model_frame, champion, truth, cfg.seed + 1, first_stage)
     p_r, p_a = scores["_p_rsvp_true"], scores["_p_attend_true"]
     explored = _random_slot_rsvps(test, reqs)
     n_req = model_frame["request_id"].nunique()

@@ -128,18 +128,8 @@ def _utc_offset_minutes(instant: Column, zone: Column) -> Column:
 
 def _keyed(example_id: Column, at: Column) -> list[Column | str]:
     """The columns every example row starts with: its id, the Feast join keys, its instant."""
-    return [
-        example_id.alias("example_id"),
-        "user_id",
-        "event_id",
-        "organizer_id",
-        "venue_id",
-        "series_id",
-        "market_key",
-        at.alias("event_timestamp"),
-        "timezone",
-        "request_id",
-    ]
+    first, *join_keys, instant = KEY_COLUMNS
+    return [example_id.alias(first), *join_keys, at.alias(instant), "timezone", "request_id"]
 
 
 def _with_request(rows: DataFrame, users: DataFrame) -> DataFrame:
