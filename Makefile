@@ -55,8 +55,9 @@ demo: setup ## Simulate, ingest, gold features, tower + index, materialize, trai
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null' EXIT; \
 	$(BIN)/turnout feed --server http://127.0.0.1:$(DEMO_PORT) --wait 900 --user-id u0000001
 
-lint: setup ## ruff.
+lint: setup ## ruff, and the import-layer contract of pyproject.toml (lint-imports).
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 typecheck: setup ## mypy.
 	$(BIN)/mypy

@@ -46,21 +46,17 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from features.services import p_rsvp_v1
+
 log = logging.getLogger("bench_features")
 
 END = datetime(2026, 3, 9, tzinfo=UTC)
 CANDIDATES = 15_000
+# The event views p_rsvp_v1 reads, with the features it reads from each (features/services.py).
 EVENT_VIEWS = {
-    "event_features": [
-        "is_free",
-        "price_cents",
-        "capacity",
-        "hour_of_week",
-        "week_of_year",
-        "days_to_nearest_holiday",
-    ],
-    "event_dynamics": ["rsvp_count", "fill_rate", "rsvp_velocity_6h"],
-    "event_embeddings": ["embedding"],
+    p.name: [f.name for f in p.features]
+    for p in p_rsvp_v1.feature_view_projections
+    if p.name in ("event_features", "event_dynamics", "event_embeddings")
 }
 
 
@@ -191,7 +187,7 @@ def pad_online_events(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from pipelines.features.store import gold_source_of
+    from pipelines.features.definitions import gold_source_of
     from pipelines.spark import get_spark
 
     spark = get_spark(settings)
@@ -324,7 +320,9 @@ def bench_backend(
     redis_url: str | None,
 ) -> tuple[dict[str, Any], dict[str, tuple[float, float]]]:
     from features.views import AFFINITY_FEATURES
-    from pipelines.features.store import apply_definitions, get_store, materialize
+    from pipelines.feast_store import get_store
+    from pipelines.features.definitions import apply_definitions
+    from pipelines.features.materialize import materialize
 
     apply_definitions(settings)
     report = materialize(settings, end, lookback=timedelta(0))
@@ -410,7 +408,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=".*is an experimental feature", category=RuntimeWarning)
 
     from conf import load_settings
-    from pipelines.features import store  # noqa: F401  # imports Feast, which resets warning filters
+    from pipelines import feast_store  # noqa: F401  # imports Feast, which resets warning filters
 
     warnings.filterwarnings("ignore", message=".*is an experimental feature", category=RuntimeWarning)
     home = args.from_lake or args.home or Path(tempfile.mkdtemp(prefix="turnout-bench-"))

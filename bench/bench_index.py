@@ -16,7 +16,6 @@ the scan/index ratio.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,19 +24,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pipelines.index.geo import (
-    MICROS_PER_SECOND,
-    GeoIndex,
-    GeoParams,
-    build_geo_index,
-    check_structure,
-    chord_sq,
-    to_micros,
-    unit_vectors,
-)
-from pipelines.index.geo_store import write_geo_index
+from contracts.geo import chord_sq, unit_vectors
+from contracts.instants import MICROS_PER_SECOND, to_micros
+from published.geo_index import GeoIndex, GeoParams, build_geo_index, check_structure
+from published.index_store import write_geo_index
 
 NOW = datetime(2026, 11, 6, 18, 0, tzinfo=UTC)
 DENSE = (40.7128, -74.0060)

@@ -12,13 +12,14 @@ import argparse
 import logging
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 from conf import Settings, load_settings
+from contracts.instants import parse_instant
 from pipelines.features.jobs import build_gold
 from pipelines.ingest.run import build_silver, ingest_bronze
-from pipelines.simulator import SimulationConfig, SimulationSummary, simulate
+from simulator import SimulationConfig, SimulationSummary, simulate
 
 Stage = tuple[str, int, float]
 
@@ -40,7 +41,7 @@ def build_history(settings: Settings, users: int, days: int) -> tuple[Simulation
     silver_rows = sum(v["rows"] for v in silver["tables"].values())
     stages.append(("bronze -> silver (rows)", silver_rows, time.perf_counter() - t))
 
-    end = datetime.fromisoformat(summary.delivered_last.replace("Z", "+00:00")) + timedelta(hours=1)
+    end = parse_instant(summary.delivered_last) + timedelta(hours=1)
     t = time.perf_counter()
     gold = build_gold(settings, None, end.astimezone(UTC), run_id="bench")
     gold_rows = sum(v["inserted"] for v in gold["tables"].values())

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from conf import Settings, load_settings
+from contracts.instants import parse_instant
 
 
 def pandas_asof(settings: Settings, entity: pd.DataFrame, service_name: str) -> tuple[pd.DataFrame, float]:
@@ -55,8 +56,8 @@ def pandas_asof(settings: Settings, entity: pd.DataFrame, service_name: str) -> 
             .select(*keys, "event_timestamp", "created", *names)
             .toPandas()
         )
-        gold["available_at"] = pd.to_datetime(
-            np.maximum(gold["event_timestamp"], gold["created"])
+        gold["available_at"] = pd.Series(
+            pd.to_datetime(np.maximum(gold["event_timestamp"], gold["created"])), index=gold.index
         ).dt.tz_localize("UTC")
         gold["_row_ts"] = gold["event_timestamp"]
         gold = gold.drop(columns=["event_timestamp", "created"]).sort_values("available_at")
@@ -176,7 +177,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     settings = load_settings(home=args.home)
     if args.as_of:
-        as_of = datetime.fromisoformat(args.as_of.replace("Z", "+00:00")).astimezone(UTC)
+        as_of = parse_instant(args.as_of)
     else:
         import json
 

@@ -78,6 +78,13 @@ SILVER_ASSETS: Final[tuple[Asset, ...]] = tuple(silver_asset(t) for t in SILVER_
 # Updated by the ``features`` DAG once gold is validated and materialized; its event's extra
 # carries ``{"end": ISO}``, the instant the features are complete up to.
 GOLD_FEATURES: Final = Asset(name="gold.features", uri="turnout://gold/features", group="gold")
+# The index DAG's outputs: event vectors under the published tower, and the published geo index
+# with its serving catalog; the content_tower DAG's: a newly published tower.
+EVENT_EMBEDDINGS: Final = Asset(
+    name="gold.event_embeddings", uri="turnout://gold/event_embeddings", group="gold"
+)
+GEO_INDEX: Final = Asset(name="index.geo", uri="turnout://index/geo", group="index")
+CONTENT_TOWER: Final = Asset(name="index.content_tower", uri="turnout://index/content_tower", group="index")
 
 
 def weekly_utc() -> CronDataIntervalTimetable:

@@ -9,18 +9,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from _common import START_DATE, current_window, default_args, fail_without_retry
-from airflow.sdk import Asset, CronDataIntervalTimetable, dag, task
-
-# TODO(lead): move next to ``silver_asset`` in _common (with a ``weekly_utc`` helper).
-CONTENT_TOWER = Asset(name="index.content_tower", uri="turnout://index/content_tower", group="index")
+from _common import CONTENT_TOWER, START_DATE, current_window, default_args, fail_without_retry, weekly_utc
+from airflow.sdk import dag, task
 
 
 @dag(
     dag_id="content_tower",
-    # Mondays 04:00 UTC, covering the week that just ended. An interval timetable, not a bare
-    # cron string: a bare cron gives Airflow 3 runs an empty data interval (see _common).
-    schedule=CronDataIntervalTimetable("0 4 * * 1", timezone="UTC"),
+    # Mondays 04:00 UTC, covering the week that just ended (see _common.weekly_utc).
+    schedule=weekly_utc(),
     start_date=START_DATE,
     catchup=False,
     max_active_runs=1,

@@ -44,13 +44,15 @@ def resolve_window(context: Any) -> dict[str, str]:
         return {"start": min(starts).isoformat(), "end": max(ends).isoformat(), "run_id": run_id}
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     if "start" in conf or "end" in conf:
+        from contracts.instants import parse_instant
+
         try:
-            start, end = datetime.fromisoformat(conf["start"]), datetime.fromisoformat(conf["end"])
-        except (KeyError, TypeError, ValueError) as err:
+            start, end = parse_instant(str(conf["start"])), parse_instant(str(conf["end"]))
+        except (KeyError, ValueError) as err:
             raise AirflowFailException(
                 f"run conf needs ISO 'start' and 'end' with a UTC offset: {err}"
             ) from err
-        if start.tzinfo is None or end.tzinfo is None or not start < end:
+        if not start < end:
             raise AirflowFailException(
                 f"run conf window [{conf['start']}, {conf['end']}) is not an aware interval"
             )
@@ -82,9 +84,9 @@ def features() -> None:
     2. **validate_gold**: `pipelines.features.validation.validate_gold` runs a great-expectations
        suite per gold table (schema, nulls, ranges, `created >= event_timestamp`, freshness) as of
        the window's end. A broken table fails the run here, before anything reaches serving.
-    3. **apply_definitions**: `pipelines.features.store.apply_definitions` runs `feast apply` only
+    3. **apply_definitions**: `pipelines.features.definitions.apply_definitions` runs `feast apply` only
        when the hash of `features/` differs from the registry's.
-    4. **materialize**: `pipelines.features.store.materialize` writes each feature view's new
+    4. **materialize**: `pipelines.features.materialize.materialize` writes each feature view's new
        window to the online store; it never writes a window ending before the last one. Then
        updates the `gold.features` asset (extra `{"end": ISO}`), which triggers `train_rsvp`.
 
@@ -100,8 +102,8 @@ def features() -> None:
     def build_gold(window: dict[str, str]) -> dict[str, Any]:
         # Imported here, not at module level: a DAG file is parsed every few seconds.
         from conf import load_settings
+        from contracts.errors import DataContractError
         from pipelines.features.jobs import build_gold
-        from pipelines.ingest.run import DataContractError
 
         with fail_without_retry(DataContractError):
             return build_gold(
@@ -114,8 +116,8 @@ def features() -> None:
     @task(multiple_outputs=False)
     def validate_gold(window: dict[str, str]) -> dict[str, Any]:
         from conf import load_settings
+        from contracts.errors import DataContractError
         from pipelines.features.validation import validate_gold
-        from pipelines.ingest.run import DataContractError
 
         with fail_without_retry(DataContractError):
             return validate_gold(load_settings(), end=datetime.fromisoformat(window["end"]))
@@ -123,14 +125,14 @@ def features() -> None:
     @task(multiple_outputs=False)
     def apply_definitions() -> dict[str, Any]:
         from conf import load_settings
-        from pipelines.features.store import apply_definitions
+        from pipelines.features.definitions import apply_definitions
 
         return apply_definitions(load_settings())
 
     @task(multiple_outputs=False, outlets=[GOLD_FEATURES])
     def materialize(window: dict[str, str]) -> dict[str, Any]:
         from conf import load_settings
-        from pipelines.features.store import materialize
+        from pipelines.features.materialize import materialize
 
         report = materialize(load_settings(), end=datetime.fromisoformat(window["end"]))
         # Tells the training DAGs how far the features they are triggered by reach.

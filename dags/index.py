@@ -8,12 +8,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from _common import START_DATE, current_window, default_args, fail_without_retry, hourly_utc
-from airflow.sdk import Asset, dag, task
-
-# TODO(lead): move these next to ``silver_asset`` in _common so every consumer spells them alike.
-EVENT_EMBEDDINGS = Asset(name="gold.event_embeddings", uri="turnout://gold/event_embeddings", group="gold")
-GEO_INDEX = Asset(name="index.geo", uri="turnout://index/geo", group="index")
+from _common import (
+    EVENT_EMBEDDINGS,
+    GEO_INDEX,
+    START_DATE,
+    current_window,
+    default_args,
+    fail_without_retry,
+    hourly_utc,
+)
+from airflow.sdk import dag, task
 
 
 @dag(

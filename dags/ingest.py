@@ -51,7 +51,8 @@ def ingest() -> None:
         # Imported here, not at module level: a DAG file is parsed every few seconds, and
         # pipelines pulls in Spark and great-expectations once a job runs.
         from conf import load_settings
-        from pipelines.ingest.run import DataContractError, ingest_bronze
+        from contracts.errors import DataContractError
+        from pipelines.ingest.run import ingest_bronze
 
         window = current_window()
         with fail_without_retry(DataContractError):
@@ -60,7 +61,8 @@ def ingest() -> None:
     @task(multiple_outputs=False, outlets=list(SILVER_ASSETS))
     def silver() -> dict[str, Any]:
         from conf import load_settings
-        from pipelines.ingest.run import DataContractError, build_silver
+        from contracts.errors import DataContractError
+        from pipelines.ingest.run import build_silver
 
         window = current_window()
         with fail_without_retry(DataContractError):

@@ -33,13 +33,12 @@ def resolve_as_of(context: Any) -> str:
         return max(ends, key=datetime.fromisoformat)
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     if "as_of" in conf:
+        from contracts.instants import parse_instant
+
         try:
-            as_of = datetime.fromisoformat(str(conf["as_of"]).replace("Z", "+00:00"))
+            return parse_instant(str(conf["as_of"])).isoformat()
         except ValueError as err:
-            raise AirflowFailException(f"run conf 'as_of' is not an ISO instant: {err}") from err
-        if as_of.tzinfo is None:
-            raise AirflowFailException("run conf 'as_of' needs a UTC offset, e.g. 2026-11-09T00:00Z")
-        return as_of.isoformat()
+            raise AirflowFailException(f"run conf 'as_of': {err}, e.g. 2026-11-09T00:00Z") from err
     return current_window().end.isoformat()
 
 

@@ -5,8 +5,8 @@ before the model sees them (design: "Raw latitude and longitude is a bad feature
 code runs in training (on the point-in-time frame) and in serving (on the online rows), so
 the crosses cannot drift apart. Python mode: online reads skip the pandas round trip.
 
-The UDFs are serialized into the registry (dill, by value), so each is self-contained: its
-imports and constants live inside the function body.
+The UDFs are serialized into the registry (dill), so each imports what it uses inside its body;
+the geometry is ``contracts.geo``'s, the same code serving runs on whole arrays.
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ from feast.on_demand_feature_view import on_demand_feature_view
 from feast.types import Float64, Int64
 
 from features import sources, views
-
-# Where the relative RSVP rate kinks (design: "Distance decays, but not by any law"): bucket i
-# covers [DISTANCE_BUCKET_MILES[i-1], DISTANCE_BUCKET_MILES[i]) miles; the last is 40+.
-DISTANCE_BUCKET_MILES: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0, 40.0)
 
 
 # Distance, its bucket, lead time and local hour-of-week: the request-time context of a candidate.
@@ -40,17 +36,15 @@ DISTANCE_BUCKET_MILES: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0, 40.0)
 def request_crosses(inputs: dict[str, list[Any]]) -> dict[str, list[Any]]:
     import numpy as np
 
-    earth_radius_km = 6371.0088  # mean Earth radius (IUGG)
-    bucket_edges_km = np.array([2.0, 5.0, 10.0, 20.0, 40.0]) * 1.609344
+    from contracts.geo import distance_band, haversine_km
 
     def column(name: str) -> Any:
         return np.array([np.nan if v is None else v for v in inputs[name]], dtype=np.float64)
 
-    lat1, lng1 = np.radians(column("request_lat")), np.radians(column("request_lng"))
-    lat2, lng2 = np.radians(column("venue_lat")), np.radians(column("venue_lng"))
-    h = np.sin((lat2 - lat1) / 2) ** 2 + np.cos(lat1) * np.cos(lat2) * np.sin((lng2 - lng1) / 2) ** 2
-    distance_km = 2 * earth_radius_km * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
-    bucket = np.searchsorted(bucket_edges_km, distance_km, side="right")
+    distance_km = haversine_km(
+        column("request_lat"), column("request_lng"), column("venue_lat"), column("venue_lng")
+    )
+    bucket = distance_band(distance_km)
 
     request_ts = column("request_ts")
     lead_time_hours = (column("start_ts") - request_ts) / 3600.0

@@ -16,28 +16,8 @@ from datetime import timedelta
 from feast import FeatureView, Field
 from feast.types import Array, Float32, Float64, Int64, String
 
+from contracts.landing import CATEGORIES
 from features import entities, sources
-
-# The 16 categories of the landing contract; tests keep this equal to
-# pipelines.landing_schema.CATEGORIES (features/ may not import pipelines/).
-CATEGORIES: tuple[str, ...] = (
-    "music",
-    "nightlife",
-    "food_drink",
-    "arts",
-    "theatre",
-    "comedy",
-    "sports",
-    "fitness",
-    "outdoors",
-    "tech",
-    "business",
-    "education",
-    "family",
-    "community",
-    "markets",
-    "wellness",
-)
 
 
 def affinity_feature(category: str) -> str:

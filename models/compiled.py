@@ -27,7 +27,11 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-FIRST_STAGE_TREES = 30  # the funnel's first stage: this many leading trees of the p_rsvp head
+# The funnel's first stage (design/large-scale-recsys.md): the p_rsvp head's first this-many trees
+# rank every candidate and the best FIRST_STAGE_KEEP of up to 15,000 go on to both full heads.
+# Serving runs it; the evaluation prices what it cuts.
+FIRST_STAGE_TREES = 30
+FIRST_STAGE_KEEP = 1500
 MANIFEST_FILE = "compiled.json"
 
 

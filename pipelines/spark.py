@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Spark's JVM log goes to $TURNOUT_HOME/logs/spark.log; only errors reach the console.
+LOG4J_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+
 
 class DeltaJarsMissing(RuntimeError):
     """Delta's jars are fetched by `make setup` (Maven Central); without them Spark has no Delta."""
@@ -47,7 +50,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(cfg.delta_snapshot_partitions),
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.warehouse.dir": str(settings.home / "spark-warehouse"),
-        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dderby.system.home={settings.home}",
+        "spark.driver.extraJavaOptions": (
+            f"-Duser.timezone=UTC -Dderby.system.home={settings.home} "
+            f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} -Dturnout.log.dir={settings.home / 'logs'}"
+        ),
         # Python workers (pandas UDFs) run the driver's interpreter, i.e. this project's .venv;
         # a cluster profile points this at the executors' interpreter through `conf`.
         "spark.pyspark.python": sys.executable,
@@ -63,6 +69,7 @@ def get_spark(settings: Settings, app_name: str = "turnout") -> SparkSession:
     # PySpark launches local Python workers from PYSPARK_PYTHON (default: whatever `python3` is
     # on PATH), not from the conf; point it at this interpreter so workers see the same packages.
     os.environ.setdefault("PYSPARK_PYTHON", spark_conf(settings)["spark.pyspark.python"])
+    (settings.home / "logs").mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(app_name)
     for key, value in spark_conf(settings).items():
         builder = builder.config(key, value)

@@ -27,44 +27,13 @@ from prometheus_client import (
 )
 from pydantic import BaseModel
 
-from serving.feed import FeedRequest, NoLocation, serve_feed
+from contracts.instants import parse_instant
+from serving.feed import FeedRequest, FeedResult, NoLocation, serve_feed
 from serving.refresh import BackgroundRefresher
 from serving.state import ServingState
 
 # An ISO-8601 instant with an explicit offset: a bare local time is ambiguous (DST) and refused.
 INSTANT_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})$"
-
-
-class EventOut(BaseModel):
-    event_id: str
-    position: int
-    score: float | None  # calibrated attendance probability; null on the popularity path
-    p_rsvp: float | None
-    p_attend_given_rsvp: float | None
-    distance_km: float
-    friends_going: int
-    is_exploration: bool
-    exploration_kind: str | None
-    category: str
-    organizer_id: str
-    starts_at: str
-    starts_at_local: str
-    timezone: str
-
-
-class FeedOut(BaseModel):
-    request_id: str
-    user_id: str
-    served_at: str
-    model_version: str
-    served_by: str
-    location_source: str
-    events: list[EventOut]
-    near_you_this_weekend: list[EventOut]
-    candidates: int
-    eligible: int
-    scored: int
-    stages_ms: dict[str, float]
 
 
 class ErrorOut(BaseModel):
@@ -78,18 +47,12 @@ def parse_now(value: str | None, clock: Callable[[], datetime]) -> datetime:
     if value is None:
         return clock()
     try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        t = parse_instant(value)
     except ValueError as e:
-        raise HTTPException(
-            422, f"now={value!r} is not an ISO-8601 instant (e.g. 2026-11-09T18:30:00Z)"
-        ) from e
-    if t.tzinfo is None or t.utcoffset() is None:
-        raise HTTPException(
-            422, f"now={value!r} has no UTC offset; a bare local time is ambiguous: add Z or +hh:mm"
-        )
+        raise HTTPException(422, f"now={e}") from e
     if not 1970 < t.year < 2200:
         raise HTTPException(422, f"now={value!r} is out of the supported range")
-    return t.astimezone(UTC)
+    return t
 
 
 def create_app(
@@ -150,7 +113,7 @@ def create_app(
 
     @app.get(
         "/v1/feed",
-        response_model=FeedOut,
+        response_model=FeedResult,
         responses={422: {"model": ErrorOut, "description": "A parameter cannot be interpreted"}},
     )
     def feed(
@@ -163,7 +126,7 @@ def create_app(
             str | None,
             Query(max_length=64, description="The request instant, ISO-8601 with offset; default: now"),
         ] = None,
-    ) -> FeedOut:
+    ) -> FeedResult:
         if (lat is None) != (lng is None):
             rejected.labels("partial_location").inc()
             raise HTTPException(422, "send both lat and lng, or neither (to use the user's home)")
@@ -187,7 +150,7 @@ def create_app(
         for item in result.events:
             if item.exploration_kind:
                 exploration.labels(item.exploration_kind).inc()
-        return FeedOut.model_validate(result, from_attributes=True)
+        return result
 
     @app.get("/healthz")
     def healthz() -> dict[str, object]:

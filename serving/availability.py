@@ -87,7 +87,7 @@ class AvailabilityStore(Protocol):
 
 
 class WritableAvailability(AvailabilityStore, Protocol):
-    """What the booking path (or the local seeding from silver) writes, and reads back."""
+    """What the booking path (or the local seeding from the published catalog) writes, and reads back."""
 
     def set_capacity(self, rows: Iterable[tuple[str, int | None, int]]) -> None: ...
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.compiled import FIRST_STAGE_TREES
+from models.compiled import FIRST_STAGE_KEEP, FIRST_STAGE_TREES
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class ServingConfig:
     # The funnel: the first this-many trees of the p_rsvp head rank every candidate, and only the
     # best ``prefilter_keep`` go on to both full heads (design/large-scale-recsys.md).
     prefilter_trees: int = FIRST_STAGE_TREES  # compiled at registration (models/compiled.py)
-    prefilter_keep: int = 1500
+    prefilter_keep: int = FIRST_STAGE_KEEP
     # Organizers with at most this many completed events count as cold for the exploration slot.
     cold_organizer_max_events: int = 2
     # LightGBM threads per request: 1 keeps a 2-core box serving two requests at once.

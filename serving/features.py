@@ -12,20 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from contracts.geo import distance_band, haversine_km
 from serving.snapshot import EventSnapshot
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
-
-EARTH_RADIUS_KM: Final = 6371.0088  # as in features/crosses.py
-BUCKET_EDGES_KM: Final = np.array([2.0, 5.0, 10.0, 20.0, 40.0]) * 1.609344
 
 
 @dataclass(frozen=True)
@@ -51,11 +49,8 @@ def request_crosses(
     start_ts: F64,
 ) -> dict[str, F64]:
     """``features.crosses.request_crosses`` on arrays; integer outputs as floats, NaN = missing."""
-    lat1, lng1 = np.radians(request_lat), np.radians(request_lng)
-    lat2, lng2 = np.radians(venue_lat), np.radians(venue_lng)
-    h = np.sin((lat2 - lat1) / 2) ** 2 + np.cos(lat1) * np.cos(lat2) * np.sin((lng2 - lng1) / 2) ** 2
-    distance_km = 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
-    bucket = np.searchsorted(BUCKET_EDGES_KM, distance_km, side="right").astype(float)
+    distance_km = haversine_km(request_lat, request_lng, venue_lat, venue_lng)
+    bucket = distance_band(distance_km).astype(float)
     bucket[np.isnan(distance_km)] = np.nan
     lead_time_hours = (start_ts - request_ts) / 3600.0
     local_s = request_ts + utc_offset_min * 60.0

@@ -22,12 +22,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipelines.index.geo import GeoParams, chord_sq, chord_sq_to_km, to_micros, unit_vectors
+from contracts.geo import chord_sq, chord_sq_to_km, unit_vectors
+from contracts.instants import to_micros
+from published.geo_index import GeoParams
 from serving.features import UserRow, assemble, weekend_windows, zone_offsets_min
 from serving.impressions import impression_records
 from serving.rank import mmr_select, pick_exploration, prefilter
 from serving.snapshot import EventSnapshot
-from serving.state import ServingState
+from serving.state import LoadedModel, ServingState
 
 log = logging.getLogger(__name__)
 
@@ -167,160 +169,181 @@ def _iso(ts: float, offset_min: float) -> tuple[str, str]:
     ) + f"{sign}{m // 60:02d}:{m % 60:02d}"
 
 
-def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
-    """Answer one request; every dependency failure picks its fallback rather than raising."""
-    cfg = state.config
-    stages: dict[str, float] = {}
-    started = last = time.perf_counter()
-    tags: list[str] = []
+class StageTimer:
+    """Milliseconds per named stage, each lap measured from the previous one."""
 
-    def lap(name: str) -> None:
-        nonlocal last
+    def __init__(self) -> None:
+        self.started = self.last = time.perf_counter()
+        self.ms: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
         t = time.perf_counter()
-        stages[name] = round((t - last) * 1000, 3)
-        last = t
+        self.ms[name] = round((t - self.last) * 1000, 3)
+        self.last = t
 
-    now = req.now.astimezone(UTC)
-    now_s = to_micros(now) / 1e6
-    snap = state.snapshot
-    if state.health["snapshot"].status != "ok":
-        tags.append("last_snapshot")
+    def finish(self) -> dict[str, float]:
+        self.ms["total"] = round((time.perf_counter() - self.started) * 1000, 3)
+        return self.ms
 
-    # 1. user row and location
-    user, user_status = state.users.get(req.user_id, now)
-    if user_status == "cached":
-        tags.append("cached_user")
-    elif user_status == "unavailable":
-        tags.append("user_store_down")
+
+def read_user(state: ServingState, user_id: str, now: datetime) -> tuple[UserRow | None, list[str]]:
+    """The user's online row and the ``served_by`` tags its source earned."""
+    user, status = state.users.get(user_id, now)
+    tags = {"cached": ["cached_user"], "unavailable": ["user_store_down"]}.get(status, [])
     state.health["online_store"].set(
-        "ok" if user_status == "ok" and state.health["snapshot"].status == "ok" else "down",
-        "" if user_status == "ok" else "user row read failed",
+        "ok" if status == "ok" and state.health["snapshot"].status == "ok" else "down",
+        "" if status == "ok" else "user row read failed",
     )
-    lat, lng, location_source = resolve_location(req, user)
-    lap("user")
+    return user, tags
 
-    # 2. retrieval
-    got = retrieve(state, lat, lng, now)
-    if got.index_scan:
-        tags.append("index_scan")
-    lap("retrieve")
 
-    # 3. hard filters from the authoritative counter
-    blocked, live = state.blocked(req.user_id)
-    if not live:
-        tags.append("availability_stale")
-    keep = hard_filter(snap, got.rows, now_s, blocked.unavailable, blocked.rsvped)
-    rows, distance = got.rows[keep], got.distance_km[keep]
-    lap("filter")
+def apply_hard_filters(
+    state: ServingState, user_id: str, got: Retrieved, now_s: float
+) -> tuple[I64, F64, bool]:
+    """Candidates that may be shown (rows, distances) and whether the counter was live."""
+    blocked, live = state.blocked(user_id)
+    keep = hard_filter(state.snapshot, got.rows, now_s, blocked.unavailable, blocked.rsvped)
+    return got.rows[keep], got.distance_km[keep], live
 
-    # 4. the social join: friends x live RSVP lists
-    friends = state.friends_going(user.friends) if user is not None and user.friends else {}
-    going = friends_going_for(snap, rows, friends)
-    lap("social")
 
-    # 5. weekend module candidates (decided in each venue's own zone)
+def weekend_mask(snap: EventSnapshot, rows: I64, distance: F64, now: datetime, radius_km: float) -> Bool:
+    """Candidates of the "near you this weekend" module: this weekend in each venue's own zone."""
     w_start, w_end = weekend_windows(snap.zones, now)
     zc = snap.zone_code[rows]
     starts = snap.start_ts[rows]
-    weekend = (starts >= w_start[zc]) & (starts < w_end[zc]) & (distance <= cfg.weekend_radius_km)
+    out: Bool = (starts >= w_start[zc]) & (starts < w_end[zc]) & (distance <= radius_km)
+    return out
 
-    # 6. scoring: first stage on every candidate, both heads on the survivors
-    score = np.full(len(rows), -np.inf)
-    p_rsvp = np.full(len(rows), np.nan)
-    p_attend = np.full(len(rows), np.nan)
-    model = state.models.current
-    scored_n = 0
-    offsets = zone_offsets_min(snap.zones, now_s)
-    if model is not None and model.scorer.rsvp is not None and len(rows):
+
+@dataclass
+class Scores:
+    """Per candidate: the ranking score (calibrated P(attend), or popularity) and both heads."""
+
+    score: F64
+    p_rsvp: F64
+    p_attend: F64
+    scored: int  # rows both full heads scored
+    model: LoadedModel | None  # None: popularity ranked
+
+
+def score_candidates(
+    state: ServingState,
+    rows: I64,
+    must_score: Bool,
+    user: UserRow | None,
+    lat: float,
+    lng: float,
+    now_s: float,
+    going: F64,
+    offsets: F64,
+    timer: StageTimer,
+) -> Scores:
+    """The funnel: the first stage on every candidate, both heads on the survivors (plus
+    ``must_score``); metro popularity when there is no model or it fails to score."""
+    cfg, snap = state.config, state.snapshot
+    n = len(rows)
+    out = Scores(np.full(n, -np.inf), np.full(n, np.nan), np.full(n, np.nan), 0, state.models.current)
+    model = out.model
+    if model is not None and model.scorer.rsvp is not None and n:
         try:
             columns = sorted({*model.scorer.columns(), "is_free", "history_depth"})
             x = assemble(snap, rows, columns, user, lat, lng, now_s, going, offsets)
-            lap("features")
+            timer.lap("features")
             first = prefilter(x, model.scorer.rsvp, cfg.prefilter_trees, cfg.prefilter_keep, cfg.num_threads)
-            chosen = np.union1d(first, np.flatnonzero(weekend)).astype(np.int64)
-            lap("prefilter")
+            chosen = np.union1d(first, np.flatnonzero(must_score)).astype(np.int64)
+            timer.lap("prefilter")
             s = model.scorer.score(x.iloc[chosen], num_threads=cfg.num_threads)
-            score[chosen], p_rsvp[chosen], p_attend[chosen] = s["score"], s["p_rsvp"], s["p_attend"]
-            scored_n = len(chosen)
-            lap("score")
+            out.score[chosen], out.p_rsvp[chosen], out.p_attend[chosen] = (
+                s["score"],
+                s["p_rsvp"],
+                s["p_attend"],
+            )
+            out.scored = len(chosen)
+            timer.lap("score")
+            return out
         except Exception as e:  # a model that cannot score must not blank the feed
             log.exception("scoring failed, serving popularity: %s", e)
             state.health["model"].set("degraded", f"scoring failed: {e}")
-            model = None
-    if model is None:
-        score = np.nan_to_num(snap.popularity[rows], nan=0.0)
-        lap("score")
-    scores_known = np.isfinite(score)
+    out.model = None
+    out.score = np.nan_to_num(snap.popularity[rows], nan=0.0)
+    timer.lap("score")
+    return out
 
-    # 7. MMR for the first 24 slots, exploration in slot 25
+
+def rerank(
+    state: ServingState, rows: I64, scores: Scores, rng: np.random.Generator
+) -> tuple[I64, tuple[int, str] | None]:
+    """Slots 1-24 by MMR over organizer and category (at most ``max_per_organizer`` each), and
+    slot 25's exploration pick among the eligible events left."""
+    cfg, snap = state.config, state.snapshot
+    known = np.isfinite(scores.score)
     org, cat = snap.organizer_code[rows], snap.category_code[rows]
-    ranked_score = np.where(scores_known, score, -np.inf)
-    n_ranked = cfg.feed_size - 1
     picks = mmr_select(
-        np.where(scores_known, score, np.nan)[scores_known],
-        org[scores_known],
-        cat[scores_known],
-        n_ranked,
-        cfg.mmr_lambda,
-        cfg.max_per_organizer,
-        cfg.mmr_pool,
-    )
-    picks = np.flatnonzero(scores_known)[picks]
-    rng = _rng(state.seed, req.request_id)
+        scores.score[known], org[known], cat[known], cfg.feed_size - 1, cfg.mmr_lambda,
+        cfg.max_per_organizer, cfg.mmr_pool,
+    )  # fmt: skip
+    picks = np.flatnonzero(known)[picks]
     exploration: tuple[int, str] | None = None
     if len(rows) > len(picks):
-        chosen_mask = np.zeros(len(rows), dtype=bool)
-        chosen_mask[picks] = True
+        chosen = np.zeros(len(rows), dtype=bool)
+        chosen[picks] = True
         org_full = np.bincount(org[picks], minlength=int(org.max()) + 1) >= cfg.max_per_organizer
-        eligible = ~chosen_mask & ~org_full[org]
-        org_events = snap.org_event_count[rows]
-        cold = ~(org_events > cfg.cold_organizer_max_events)  # NaN (no stats yet) is cold
+        eligible = ~chosen & ~org_full[org]
+        cold = ~(snap.org_event_count[rows] > cfg.cold_organizer_max_events)  # NaN (no stats yet) is cold
         exploration = pick_exploration(rng, eligible, cold)
-    lap("rerank")
+    return picks, exploration
 
-    # 8. the weekend module: best by score among weekend candidates, organizer cap applies
-    w_idx = np.flatnonzero(weekend & np.isfinite(ranked_score))
-    w_pick = w_idx[
+
+def weekend_picks(state: ServingState, rows: I64, weekend: Bool, scores: Scores) -> I64:
+    """The weekend module: the best by score among weekend candidates, organizer cap applies."""
+    cfg, snap = state.config, state.snapshot
+    w_idx = np.flatnonzero(weekend & np.isfinite(scores.score))
+    org, cat = snap.organizer_code[rows], snap.category_code[rows]
+    chosen: I64 = w_idx[
         mmr_select(
-            score[w_idx],
+            scores.score[w_idx],
             org[w_idx],
             cat[w_idx],
             cfg.weekend_size,
             cfg.mmr_lambda,
             cfg.max_per_organizer,
             cfg.mmr_pool,
-        )
+        )  # fmt: skip
     ]
+    return chosen
 
-    def item(i: int, position: int, kind: str | None) -> FeedItem:
-        row = int(rows[i])
-        starts_utc, starts_local = _iso(float(snap.start_ts[row]), float(offsets[snap.zone_code[row]]))
-        known = model is not None and np.isfinite(score[i])
-        return FeedItem(
-            event_id=str(snap.event_id[row]),
-            position=position,
-            score=float(score[i]) if known else None,
-            p_rsvp=float(p_rsvp[i]) if known else None,
-            p_attend_given_rsvp=float(p_attend[i]) if known else None,
-            distance_km=round(float(distance[i]), 3),
-            friends_going=int(going[i]),
-            is_exploration=kind is not None,
-            exploration_kind=kind,
-            category=snap.categories[snap.category_code[row]],
-            organizer_id=str(snap.organizer_id[row]),
-            starts_at=starts_utc,
-            starts_at_local=starts_local,
-            timezone=snap.zones[snap.zone_code[row]],
-        )
 
-    events = [item(int(i), p + 1, None) for p, i in enumerate(picks)]
-    if exploration is not None:
-        events.append(item(exploration[0], len(events) + 1, exploration[1]))
-    weekend_items = [item(int(i), p + 1, None) for p, i in enumerate(w_pick)]
-    lap("hydrate")
+def hydrate(
+    snap: EventSnapshot, rows: I64, distance: F64, going: F64, scores: Scores, offsets: F64,
+    i: int, position: int, kind: str | None,
+) -> FeedItem:  # fmt: skip
+    """The human-facing item for candidate ``i``: only the 25 + 6 shown are ever hydrated."""
+    row = int(rows[i])
+    starts_utc, starts_local = _iso(float(snap.start_ts[row]), float(offsets[snap.zone_code[row]]))
+    known = scores.model is not None and np.isfinite(scores.score[i])
+    return FeedItem(
+        event_id=str(snap.event_id[row]),
+        position=position,
+        score=float(scores.score[i]) if known else None,
+        p_rsvp=float(scores.p_rsvp[i]) if known else None,
+        p_attend_given_rsvp=float(scores.p_attend[i]) if known else None,
+        distance_km=round(float(distance[i]), 3),
+        friends_going=int(going[i]),
+        is_exploration=kind is not None,
+        exploration_kind=kind,
+        category=snap.categories[snap.category_code[row]],
+        organizer_id=str(snap.organizer_id[row]),
+        starts_at=starts_utc,
+        starts_at_local=starts_local,
+        timezone=snap.zones[snap.zone_code[row]],
+    )
 
-    # 9. the impression log (never fails the response)
-    version = model.version if model is not None else "popularity"
+
+def log_impressions(
+    state: ServingState, req: FeedRequest, now_s: float, version: str, events: list[FeedItem],
+    weekend: list[FeedItem],
+) -> None:  # fmt: skip
+    """One impression line per event shown; a failed write is logged and shown, never raised."""
     records = impression_records(
         req.request_id,
         req.user_id,
@@ -328,7 +351,7 @@ def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
         version,
         [
             *(("home_feed", e.event_id, e.position, e.is_exploration, e.exploration_kind) for e in events),
-            *(("near_you_this_weekend", e.event_id, e.position, False, None) for e in weekend_items),
+            *(("near_you_this_weekend", e.event_id, e.position, False, None) for e in weekend),
         ],
     )
     try:
@@ -337,23 +360,72 @@ def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
     except Exception as e:
         log.error("impression log write failed (request %s): %s", req.request_id, e)
         state.health["impression_log"].set("down", str(e))
-    lap("log")
-    stages["total"] = round((time.perf_counter() - started) * 1000, 3)
 
-    base = "model" if model is not None else "popularity"
+
+def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
+    """Answer one request, one function per stage; every dependency failure picks its fallback
+    rather than raising."""
+    cfg = state.config
+    timer = StageTimer()
+    now = req.now.astimezone(UTC)
+    now_s = to_micros(now) / 1e6
+    snap = state.snapshot
+    tags = [] if state.health["snapshot"].status == "ok" else ["last_snapshot"]
+
+    user, user_tags = read_user(state, req.user_id, now)
+    tags += user_tags
+    lat, lng, location_source = resolve_location(req, user)
+    timer.lap("user")
+
+    got = retrieve(state, lat, lng, now)
+    if got.index_scan:
+        tags.append("index_scan")
+    timer.lap("retrieve")
+
+    rows, distance, live = apply_hard_filters(state, req.user_id, got, now_s)
+    if not live:
+        tags.append("availability_stale")
+    timer.lap("filter")
+
+    friends = state.friends_going(user.friends) if user is not None and user.friends else {}
+    going = friends_going_for(snap, rows, friends)
+    timer.lap("social")
+
+    weekend = weekend_mask(snap, rows, distance, now, cfg.weekend_radius_km)
+    offsets = zone_offsets_min(snap.zones, now_s)
+    scores = score_candidates(state, rows, weekend, user, lat, lng, now_s, going, offsets, timer)
+
+    picks, exploration = rerank(state, rows, scores, _rng(state.seed, req.request_id))
+    timer.lap("rerank")
+
+    def item(i: int, position: int, kind: str | None) -> FeedItem:
+        return hydrate(snap, rows, distance, going, scores, offsets, i, position, kind)
+
+    events = [item(int(i), p + 1, None) for p, i in enumerate(picks)]
+    if exploration is not None:
+        events.append(item(exploration[0], len(events) + 1, exploration[1]))
+    weekend_items = [
+        item(int(i), p + 1, None) for p, i in enumerate(weekend_picks(state, rows, weekend, scores))
+    ]
+    timer.lap("hydrate")
+
+    version = scores.model.version if scores.model is not None else "popularity"
+    log_impressions(state, req, now_s, version, events, weekend_items)
+    timer.lap("log")
+
     return FeedResult(
         request_id=req.request_id,
         user_id=req.user_id,
         served_at=datetime.fromtimestamp(now_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         model_version=version,
-        served_by="+".join([base, *tags]),
+        served_by="+".join(["model" if scores.model is not None else "popularity", *tags]),
         location_source=location_source,
         events=events,
         near_you_this_weekend=weekend_items,
         candidates=len(got.rows),
         eligible=len(rows),
-        scored=scored_n,
-        stages_ms=stages,
+        scored=scores.scored,
+        stages_ms=timer.finish(),
     )
 
 

@@ -1,6 +1,6 @@
 """The impression log: what was served, appended to the landing zone so ingestion reads it back.
 
-Lines follow the ``impressions`` entity of ``pipelines/landing_schema.py`` exactly, under
+Lines follow the ``impressions`` entity of ``contracts/landing.py`` exactly, under
 ``<landing root>/impressions/delivered=<UTC hour>/``, so the hourly ingest run picks them up like
 any platform export and the loop closes: the exploration flag travels with each impression to
 its RSVP and attendance labels. Each process appends to its own file (no cross-process locking),

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pipelines.index.geo import unit_vectors
+from contracts.geo import unit_vectors
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]

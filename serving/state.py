@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from models.heads import SERVICE_OF_HEAD, Head, Scorer
-from pipelines.index.geo import GeoIndex
+from published.geo_index import GeoIndex
 from serving.availability import AvailabilityStore, Blocked
 from serving.config import ServingConfig
 from serving.features import UserRow

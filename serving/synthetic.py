@@ -1,8 +1,8 @@
 """A synthetic world for tests and the benchmark: a dense metro catalog, users, counters and two
-small LightGBM heads, built in-process in seconds (no Spark, no registry, no Feast).
+small LightGBM heads, built in-process in seconds (no Spark, no registry, no online store).
 
-The feature names are those of the real feature services (``tests/serving`` keeps them equal
-to ``features/services.py``), so the assembled frames have the real model's shape.
+The feature names are read from the real feature services (``features/services.py``), so the
+assembled frames have the real model's shape.
 """
 
 from __future__ import annotations
@@ -14,9 +14,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from contracts.instants import to_micros
+from contracts.landing import CATEGORIES
+from features.services import p_attend_v1, p_rsvp_v1
+from features.views import (
+    AFFINITY_FEATURES,
+    EMBEDDING_DIM,
+    market_rates,
+    organizer_stats,
+    series_stats,
+    user_features,
+    venue_stats,
+)
 from models.calibration import SamplingCorrection, fit_segment_calibrators
 from models.heads import Head, fit_booster, model_columns, segments
-from pipelines.index.geo import GeoIndex, GeoParams, build_geo_index, to_micros
+from published.feature_store import service_feature_names
+from published.geo_index import GeoIndex, GeoParams, build_geo_index
 from serving.availability import SQLiteAvailability
 from serving.config import ServingConfig
 from serving.features import UserRow
@@ -24,35 +37,15 @@ from serving.impressions import ImpressionSink, MemoryImpressionLog
 from serving.snapshot import REQUEST_SIDE, EventSnapshot
 from serving.state import CachedUserSource, ModelHolder, ServingState
 
-CATEGORIES: tuple[str, ...] = (
-    "music", "nightlife", "food_drink", "arts", "theatre", "comedy", "sports", "fitness",
-    "outdoors", "tech", "business", "education", "family", "community", "markets", "wellness",
-)  # fmt: skip
-AFFINITY = [f"aff_{c}" for c in CATEGORIES]
-USER_HISTORY = ["history_depth", "attended_count", "attend_rate_shrunk", "travel_tolerance_km", "onboarded"]
-EVENT_STATIC = [
-    "is_free",
-    "price_cents",
-    "capacity",
-    "hour_of_week",
-    "week_of_year",
-    "days_to_nearest_holiday",
-]
-DYNAMICS = ["rsvp_count", "fill_rate", "rsvp_velocity_6h"]
-ORGANIZER = ["org_event_count", "org_attend_rate", "org_noshow_rate", "org_rating_mean", "org_rating_count"]
-VENUE = ["venue_attend_rate", "venue_noshow_rate", "venue_rating_mean", "venue_rating_count"]
-SERIES = ["series_instances", "series_attend_rate", "series_noshow_rate", "series_rating_mean"]
-MARKET = ["market_rsvp_rate", "market_impressions"]
-SOCIAL = ["friends_going", "friends_going_bucket"]
-CROSSES = ["distance_km", "distance_bucket", "lead_time_hours", "request_hour_of_week"]
-# Feast's short names of each service, in service order (checked against features/services.py).
-RSVP_FEATURES = [
-    *USER_HISTORY, *AFFINITY, *EVENT_STATIC, *DYNAMICS, *ORGANIZER, *VENUE, *SERIES, *MARKET,
-    *SOCIAL, "embedding", *CROSSES, "category_affinity",
-]  # fmt: skip
-ATTEND_FEATURES = [*USER_HISTORY, *EVENT_STATIC, *DYNAMICS, *ORGANIZER, *VENUE, *SERIES, *SOCIAL, *CROSSES]
-EMBEDDING_DIM = 64
-USER_SIDE = frozenset([*USER_HISTORY, *AFFINITY])
+# The real services' features (Feast short names, service order), so frames have the real shape.
+RSVP_FEATURES = service_feature_names(p_rsvp_v1)
+ATTEND_FEATURES = service_feature_names(p_attend_v1)
+USER_SIDE = frozenset(f.name for f in user_features.features)
+# The synthetic catalog draws the entity stats per event; grouped by the view that holds them.
+ORGANIZER = [f.name for f in organizer_stats.features]
+VENUE = [f.name for f in venue_stats.features]
+SERIES = [f.name for f in series_stats.features]
+MARKET = [f.name for f in market_rates.features]
 CENTER = (40.7128, -74.0060)  # a dense metro
 ZONE = "America/New_York"
 TOWER = "tower-syn"  # the synthetic content tower: snapshot vectors and heads agree on it
@@ -233,7 +226,7 @@ def make_world(n_events: int = 600, n_users: int = 50, seed: int = 0, now: datet
             "attend_rate_shrunk": float(rng.beta(4, 4)),
             "travel_tolerance_km": float(rng.uniform(3, 30)),
             "onboarded": int(rng.integers(0, 2)),
-            **{a: float(rng.beta(2, 5)) for a in AFFINITY},
+            **{a: float(rng.beta(2, 5)) for a in AFFINITY_FEATURES},
         }
         friends = tuple(str(f) for f in rng.choice(ids, size=min(8, n_users), replace=False) if f != uid)
         users[uid] = UserRow(uid, values, friends)

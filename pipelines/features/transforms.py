@@ -18,13 +18,12 @@ import pandas as pd  # module level: pandas_udf resolves the type hints against 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from contracts.geo import EARTH_RADIUS_KM
+from contracts.landing import CATEGORIES
 from pipelines.features.shrinkage import fit_pseudocount
-from pipelines.landing_schema import CATEGORIES
 
 log = logging.getLogger(__name__)
 
-EARTH_RADIUS_KM = 6371.0088
-MILE_KM = 1.609344
 # Onboarding turns "0 observations into ~5": picked categories count as this many pseudo-RSVPs.
 ONBOARDING_PSEUDO_RSVPS = 5.0
 # Travel tolerance shrinks toward the metro's typical (geometric-mean) attended distance, and

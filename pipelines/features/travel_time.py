@@ -15,6 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from contracts.geo import haversine_km
+
 DAYPARTS: tuple[str, ...] = ("night", "am_peak", "midday", "pm_peak")  # 22-6, 6-10, 10-16, 16-22 local
 MODES: tuple[str, ...] = ("drive", "transit")
 DETOUR_FACTOR = 1.3  # streets are not great circles
@@ -91,11 +93,8 @@ def build_travel_time(metro: str, cells: list[str]) -> TravelTimeMatrix:
     """The matrix for a metro's populated res-7 cells (homes and venues)."""
     ids = np.unique(np.array([h3.str_to_int(c) for c in cells], dtype=np.uint64))
     centers = np.array([h3.cell_to_latlng(h3.int_to_str(int(c))) for c in ids])
-    lat, lng = np.radians(centers[:, 0]), np.radians(centers[:, 1])
-    dlat = lat[:, None] - lat[None, :]
-    dlng = lng[:, None] - lng[None, :]
-    a = np.sin(dlat / 2) ** 2 + np.cos(lat[:, None]) * np.cos(lat[None, :]) * np.sin(dlng / 2) ** 2
-    km = 2 * 6371.0088 * np.arcsin(np.sqrt(a))
+    lat, lng = centers[:, 0], centers[:, 1]
+    km = haversine_km(lat[:, None], lng[:, None], lat[None, :], lng[None, :])
     km = np.maximum(km, SAME_CELL_KM) * DETOUR_FACTOR
     congestion = METRO_CONGESTION.get(metro, 1.2)
     minutes = np.empty((len(DAYPARTS), len(MODES), len(ids), len(ids)), dtype=np.float32)

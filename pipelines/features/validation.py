@@ -273,12 +273,12 @@ def validate_gold(settings: Settings, end: datetime, tables: list[str] | None = 
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    from contracts.errors import DataContractError
     from features.repo import FEATURE_VIEWS
-    from pipelines.ingest.run import DataContractError
     from pipelines.spark import get_spark
 
     spark = get_spark(settings)
-    from pipelines.features.store import gold_source_of
+    from pipelines.features.definitions import gold_source_of
 
     views = {gold_source_of(v).tags["table"]: v for v in FEATURE_VIEWS}
     selected = tables if tables is not None else list(views)

@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from conf import Settings
-from pipelines.index.geo import from_micros, to_micros
+from contracts.instants import from_micros, to_micros
 from pipelines.index.sources import read_silver, table_exists
 
 if TYPE_CHECKING:

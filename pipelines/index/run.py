@@ -23,13 +23,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from conf import Settings
-from pipelines.index.publish import (
-    IndexValidationError,
-    PublicationError,
-    TowerVersionMismatch,
-    VersionedStore,
-    local_root,
-)
+from published.index_store import geo_store
+from published.versioned import IndexValidationError, PublicationError, TowerVersionMismatch
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +49,9 @@ __all__ = [
 
 
 def _utc(now: datetime) -> datetime:
-    from pipelines.index.geo import as_utc
+    from contracts.instants import as_utc
 
     return as_utc(now)
-
-
-def geo_store(settings: Settings) -> VersionedStore:
-    return VersionedStore(local_root(settings.index.root) / "geo")
 
 
 def train_content_tower(settings: Settings, now: datetime) -> dict[str, Any]:
@@ -83,8 +74,8 @@ def embed_new_events(settings: Settings, now: datetime) -> dict[str, Any]:
     """
     from models.content_tower import embed_events
     from pipelines.index.embeddings import events_to_embed, merge_embeddings
-    from pipelines.index.tower import load_current_tower, tower_trained_at
     from pipelines.spark import get_spark
+    from published.tower import load_current_tower, tower_trained_at
 
     now = _utc(now)
     started = time.perf_counter()
@@ -132,12 +123,15 @@ def build_index_version(settings: Settings, now: datetime) -> dict[str, Any]:
     """
     from pyspark.sql import functions as F
 
+    from contracts.instants import to_micros
+    from pipelines.index.catalog import build_catalog
     from pipelines.index.embeddings import read_embeddings
-    from pipelines.index.geo import GeoParams, build_geo_index, to_micros
-    from pipelines.index.geo_store import ids_digest, write_geo_index
     from pipelines.index.sources import live_events, read_silver
-    from pipelines.index.tower import current_tower_version
     from pipelines.spark import get_spark
+    from published.catalog import catalog_store, write_catalog
+    from published.geo_index import GeoParams, build_geo_index
+    from published.index_store import ids_digest, write_geo_index
+    from published.tower import current_tower_version
 
     now = _utc(now)
     started = time.perf_counter()
@@ -177,13 +171,20 @@ def build_index_version(settings: Settings, now: datetime) -> dict[str, Any]:
         "missing_embeddings": int(missing),
     }
 
-    def write(folder: Path) -> None:
+    catalog = build_catalog(spark, settings, now)
+
+    def write_index(folder: Path) -> None:
         write_geo_index(folder, index, meta)
+
+    def write_serving_catalog(folder: Path) -> None:
+        write_catalog(folder, catalog)
 
     store = geo_store(settings)
     with store.locked():
         version = store.next_numbered_version()
-        path = store.stage(version, write)
+        path = store.stage(version, write_index)
+    # What serving reads from silver, under the same version number (see published.catalog).
+    catalog_store(settings).stage(version, write_serving_catalog)
     summary = {
         "version": version,
         "now": now.isoformat(),
@@ -192,6 +193,7 @@ def build_index_version(settings: Settings, now: datetime) -> dict[str, Any]:
         "tower_version": tower_version,
         "missing_embeddings": int(missing),
         "unplaceable_events": unplaceable,
+        "catalog": catalog.counts(),
         "path": str(path),
         "seconds": round(time.perf_counter() - started, 2),
     }
@@ -207,12 +209,16 @@ def publish_index_version(
 ) -> dict[str, Any]:
     """Validate staged ``version`` against silver's live set, the live index and the tower; switch.
 
-    Raises ``IndexValidationError`` (listing every failed check) or ``TowerVersionMismatch``;
-    in both cases the live index is untouched. Publishing the live version again is a no-op.
+    The catalog staged with it (``published.catalog``) is checked to hold every indexed event
+    and switched first, so a server following both pointers never has an index whose events its
+    catalog lacks. Raises ``IndexValidationError`` (listing every failed check) or
+    ``TowerVersionMismatch``; in both cases the live index is untouched. Publishing the live
+    version again is a no-op.
     """
-    from pipelines.index.geo import to_micros
-    from pipelines.index.geo_store import read_geo_index, read_manifest, validate_index
-    from pipelines.index.tower import current_tower_version
+    from contracts.instants import to_micros
+    from published.catalog import catalog_store, read_catalog
+    from published.index_store import read_geo_index, read_manifest, validate_index
+    from published.tower import current_tower_version
 
     now = _utc(now)
     store = geo_store(settings)
@@ -229,6 +235,14 @@ def publish_index_version(
     index, manifest = read_geo_index(store.path(version), verify=True)
     live_manifest = read_manifest(store.path(pointer.version)) if pointer else None
     problems = validate_index(index, manifest, to_micros(now), live_manifest, size_tolerance)
+    catalogs = catalog_store(settings)
+    if not catalogs.path(version).is_dir():
+        problems.append(f"no catalog staged as version {version}")
+    else:
+        listed = set(read_catalog(catalogs.path(version)).events["event_id"].astype(str))
+        unlisted = len(set(map(str, index.event_ids)) - listed)
+        if unlisted:
+            problems.append(f"{unlisted} indexed events are missing from catalog {version}")
     if problems:
         raise IndexValidationError(f"index {version} not published: " + "; ".join(problems))
     tower = current_tower_version(settings)
@@ -237,6 +251,8 @@ def publish_index_version(
             f"index {version} was built with embeddings from tower {manifest.get('tower_version')}, "
             f"but the published tower is {tower}: rebuild after embedding with the current tower"
         )
+    live_catalog = catalogs.read_pointer()
+    catalogs.switch(version, expected_current=live_catalog.version if live_catalog else None)
     new_pointer = store.switch(version, expected_current=pointer.version if pointer else None)
     summary = {
         "version": version,
@@ -264,8 +280,14 @@ def build_and_publish_index(
 
 
 def rollback_index(settings: Settings) -> dict[str, Any]:
-    """Point the live index back at the previously published version."""
+    """Point the live index (and its catalog) back at the previously published version."""
+    from published.catalog import catalog_store
+
     store = geo_store(settings)
     before = store.read_pointer()
     after = store.rollback()
+    catalogs = catalog_store(settings)
+    pointer = catalogs.read_pointer()
+    if pointer is not None and pointer.version != after.version:
+        catalogs.rollback()
     return {"from": before.version if before else None, "to": after.version, "history": list(after.history)}

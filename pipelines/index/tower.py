@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from conf import Settings
-from pipelines.index.geo import to_micros
-from pipelines.index.publish import PublicationError, VersionedStore, local_root, write_json_atomic
+from contracts.instants import to_micros
 from pipelines.index.sources import read_silver
+from published.tower import META_FILE, tower_store
+from published.versioned import PublicationError, write_json_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,41 +33,10 @@ RSVP_LOOKBACK_DAYS: Final = 180
 PAIR_WINDOW_DAYS: Final = 30
 HOLDOUT_SHARE: Final = 0.1
 MIN_TRAIN_PAIRS: Final = 200
-META_FILE: Final = "meta.json"
 
 
 class TowerQualityError(PublicationError):
     """A freshly trained tower failed its held-out check; it was not published."""
-
-
-def tower_store(settings: Settings) -> VersionedStore:
-    return VersionedStore(local_root(settings.index.root) / "tower")
-
-
-def current_tower_version(settings: Settings) -> str | None:
-    pointer = tower_store(settings).read_pointer()
-    return pointer.version if pointer else None
-
-
-def load_current_tower(settings: Settings) -> TowerArtifact | None:
-    """The published tower, or None if none has been trained yet."""
-    from models.content_tower import load_tower
-
-    store = tower_store(settings)
-    pointer = store.read_pointer()
-    if pointer is None:
-        return None
-    artifact = load_tower(store.path(pointer.version))
-    if artifact.version != pointer.version:
-        raise PublicationError(f"tower folder {pointer.version} holds version {artifact.version}")
-    return artifact
-
-
-def tower_trained_at(settings: Settings, version: str) -> datetime:
-    import json
-
-    raw = json.loads((tower_store(settings).path(version) / META_FILE).read_text())
-    return datetime.fromisoformat(raw["trained_at"])
 
 
 def read_training_inputs(settings: Settings, now: datetime) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipelines.landing_schema import LandingEntity
+from contracts.landing import LandingEntity
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from conf import Settings
-from pipelines.landing_schema import ENTITIES, LandingEntity
+from contracts.errors import DataContractError
+from contracts.landing import ENTITIES, LandingEntity
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -29,10 +30,6 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
 QUARANTINE_TABLE = ("quarantine", "landing")
 SILVER_TABLES: tuple[str, ...] = tuple(ENTITIES)
-
-
-class DataContractError(RuntimeError):
-    """A delivery broke its contract (a gate failed); retrying cannot fix it."""
 
 
 @dataclass

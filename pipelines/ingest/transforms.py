@@ -12,9 +12,9 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipelines.landing_schema import LandingEntity, LandingField
+from contracts.landing import LandingEntity, LandingField
 
-# Local wall-clock times become UTC instants by LOCAL_TIME_POLICY (pipelines.landing_schema):
+# Local wall-clock times become UTC instants by LOCAL_TIME_POLICY (contracts.landing):
 # ambiguous -> the earlier instant; nonexistent -> quarantine. Spark's to_utc_timestamp resolves
 # overlaps to the earlier offset (java.time's default), which is that policy; gaps are detected
 # by a round trip and rejected.

@@ -22,19 +22,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from conf import Settings
 from models import metrics
+from models.compiled import FIRST_STAGE_KEEP, FIRST_STAGE_TREES
 from models.heads import Scorer, to_model_frame
-from pipelines.training import registry
 from pipelines.training.examples import KEY_COLUMNS
 from pipelines.training.report import logged_grades
 from pipelines.training.sets import read_training_set, split_training_set, training_set_description
-from serving.config import ServingConfig
+from published.registry import load_head
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +43,30 @@ MODELS = ("champion", "champion_first_stage", "rsvp_only", "popularity", "random
 Progress = Callable[[str, int, int], None]
 
 
-def _truth(settings: Settings) -> Any:
-    from pipelines.simulator.truth import GroundTruth
+class Oracle(Protocol):
+    """The true probabilities behind a history: the simulator's hidden ground truth
+    (``simulator.truth.GroundTruth``). Real traffic has none; it is graded by the online experiment."""
 
-    root = settings.home / "simulator"
-    if not (root / "params.json").exists():
-        raise FileNotFoundError(
-            f"no simulator ground truth at {root}: expected attendance needs a simulated history "
-            "(`turnout simulate`); real traffic is evaluated by the online experiment instead"
-        )
-    return GroundTruth.load(root)
+    def p_rsvp(
+        self,
+        user_ids: npt.ArrayLike,
+        event_ids: npt.ArrayLike,
+        at: Any,
+        friends_going: npt.ArrayLike,
+        lat: npt.ArrayLike | None = None,
+        lng: npt.ArrayLike | None = None,
+    ) -> np.ndarray: ...
+
+    def p_attend_given_rsvp(
+        self,
+        user_ids: npt.ArrayLike,
+        event_ids: npt.ArrayLike,
+        lat: npt.ArrayLike | None = None,
+        lng: npt.ArrayLike | None = None,
+    ) -> np.ndarray: ...
 
 
-def _oracle(truth: Any, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _oracle(truth: Oracle, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """True P(RSVP | shown) and P(attend | RSVP) at each row's instant, from the request position."""
     friends = pd.to_numeric(frame["friends_going"], errors="coerce").fillna(0).to_numpy()
     at = pd.to_datetime(frame["event_timestamp"], utc=True)
@@ -68,7 +80,7 @@ def _oracle(truth: Any, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def model_scores(
-    frame: pd.DataFrame, scorer: Scorer, truth: Any, seed: int, first_stage: tuple[int, float]
+    frame: pd.DataFrame, scorer: Scorer, truth: Oracle, seed: int, first_stage: tuple[int, float]
 ) -> dict[str, np.ndarray]:
     """Each model's ranking score for each row of a model frame that also carries keys and context;
     ``first_stage`` is serving's cut: (trees, share of the candidates kept)."""
@@ -134,32 +146,33 @@ def _top_k(frame: pd.DataFrame, score: np.ndarray, k: int) -> np.ndarray:
 
 def evaluate(
     settings: Settings,
+    truth: Oracle,
     requests: int = 150,
     k: int = 25,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The table ``turnout evaluate`` prints: per model NDCG@25, expected attendance/RSVPs, ECE."""
-    from pipelines.features.store import get_store, historical_features, service_feature_names
+    from pipelines.feast_store import get_store
+    from pipelines.training.retrieval import historical_features
+    from published.feature_store import service_feature_names
 
     def step(label: str, i: int) -> None:
         if progress:
             progress(label, i, 4)
 
     cfg = settings.training
-    rsvp_head, attend_head = registry.load_head(settings, "rsvp"), registry.load_head(settings, "attend")
+    rsvp_head, attend_head = load_head(settings, "rsvp"), load_head(settings, "attend")
     if rsvp_head is None or attend_head is None:
         missing = [h for h, v in (("rsvp", rsvp_head), ("attend", attend_head)) if v is None]
         raise LookupError(f"no champion for head(s) {missing}: train them first (`turnout train --head ...`)")
     champion = Scorer(rsvp_head[0], attend_head[0])
-    truth = _truth(settings)
 
     step("logged test slice", 0)
     frame, version = read_training_set(settings, "rsvp")
     split = split_training_set(settings, frame, training_set_description(settings, "rsvp", version))
     test = frame[split.test].reset_index(drop=True)
     # Serving's funnel: its first stage keeps prefilter_keep of up to max_candidates (a tenth).
-    serving = ServingConfig()
-    first_stage = (serving.prefilter_trees, serving.prefilter_keep / settings.index.max_candidates)
+    first_stage = (FIRST_STAGE_TREES, FIRST_STAGE_KEEP / settings.index.max_candidates)
     logged = model_scores(test, champion, truth, cfg.seed, first_stage)
     grades = logged_grades(test)
     attended = test["attended"].fillna(0).to_numpy()

@@ -1,39 +1,37 @@
-"""The MLflow registry side of training: register from a run, gate, move aliases, load heads.
+"""The MLflow registry side of training: register from a run, move aliases behind the gates.
 
 Aliases, not stages (MLflow 3): a new version gets ``challenger``; if every gate passes it
 becomes ``champion`` and the version it replaces becomes ``previous``; a failed gate leaves
-``champion`` where it was and records why on the version. Setting an alias is last-writer-wins,
+``champion`` where it was and records why on the version. Every version carries its data time
+(``data.as_of``), and ``champion`` never moves to an older one. Setting an alias is last-writer-wins,
 so the gate decides first and the aliases move after, each move logged.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 
 from conf import Settings
-from models.compiled import MANIFEST_FILE
-from models.heads import SIDECAR_FILE, Head
+from published import registry as published
+from published.registry import (
+    AS_OF_TAG,
+    CHALLENGER,
+    CHAMPION,
+    DECISION_TAG,
+    PREVIOUS,
+    alias_version,
+    data_time,
+    model_name,
+)
 
 log = logging.getLogger(__name__)
 
-CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
-
 
 def configure(settings: Settings) -> Any:
-    """Point MLflow at the settings' tracking server / SQLite file; returns a client."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    if settings.mlflow.tracking_uri.startswith("sqlite:///"):
-        Path(settings.mlflow.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(
-            parents=True, exist_ok=True
-        )
-    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
-    mlflow.set_registry_uri(settings.mlflow.tracking_uri)
-    return MlflowClient(tracking_uri=settings.mlflow.tracking_uri, registry_uri=settings.mlflow.tracking_uri)
+    """Point MLflow at the settings' tracking server / SQLite file (created if new); a client."""
+    return published.client(settings, create=True)
 
 
 def experiment_name(settings: Settings, head: str) -> str:
@@ -49,27 +47,18 @@ def ensure_experiment(settings: Settings, name: str) -> str:
     return str(client.create_experiment(name, artifact_location=f"{settings.mlflow.artifact_root}/{name}"))
 
 
-def model_name(settings: Settings, head: str) -> str:
-    return f"{settings.training.experiment_prefix}-p_{head}"
-
-
-def alias_version(client: Any, name: str, alias: str) -> Any | None:
-    """The model version holding ``alias``, or None."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_model_version_by_alias(name, alias)
-    except MlflowException:
-        return None
-
-
-def register(settings: Settings, run_id: str, head: str, artifact_path: str = "model") -> Any:
-    """Register the model logged by ``run_id`` (never "the latest") and mark it ``challenger``."""
+def register(
+    settings: Settings, run_id: str, head: str, as_of: datetime, artifact_path: str = "model"
+) -> Any:
+    """Register the model logged by ``run_id`` (never "the latest") as ``challenger``, tagged with
+    its data time ``as_of`` (the instant its training data reaches)."""
     import mlflow
 
     client = configure(settings)
     name = model_name(settings, head)
-    version = mlflow.register_model(f"runs:/{run_id}/{artifact_path}", name)
+    version = mlflow.register_model(
+        f"runs:/{run_id}/{artifact_path}", name, tags={AS_OF_TAG: as_of.isoformat()}
+    )
     if version.run_id != run_id:
         raise RuntimeError(
             f"registered version {version.version} belongs to run {version.run_id}, not {run_id}"
@@ -80,14 +69,26 @@ def register(settings: Settings, run_id: str, head: str, artifact_path: str = "m
 
 
 def promote(settings: Settings, head: str, version: str, promote_it: bool, reason: str) -> dict[str, Any]:
-    """Move ``champion`` to ``version`` (old champion -> ``previous``) or leave it, recording why."""
+    """Move ``champion`` to ``version`` (old champion -> ``previous``) or leave it, recording why.
+
+    A version whose data time is older than the live champion's is never promoted, whatever its
+    gates said: re-running a past interval must not put an older model back in front of users.
+    ``challenger`` keeps naming the newest candidate either way.
+    """
     client = configure(settings)
     name = model_name(settings, head)
-    client.set_model_version_tag(
-        name, version, "promotion.decision", "promoted" if promote_it else "rejected"
-    )
-    client.set_model_version_tag(name, version, "promotion.reason", reason)
     old = alias_version(client, name, CHAMPION)
+    if promote_it and old is not None and old.version != version:
+        new_t, old_t = data_time(client.get_model_version(name, version)), data_time(old)
+        if new_t is not None and old_t is not None and new_t < old_t:
+            promote_it = False
+            reason = (
+                f"champion v{old.version} is trained on data up to {old_t.isoformat()}, after this "
+                f"version's {new_t.isoformat()}: a champion never moves backwards in data time"
+                + ("" if reason == "all gates passed" else f"; {reason}")
+            )
+    client.set_model_version_tag(name, version, DECISION_TAG, "promoted" if promote_it else "rejected")
+    client.set_model_version_tag(name, version, "promotion.reason", reason)
     if not promote_it:
         log.info(
             "%s v%s not promoted: %s (champion stays %s)", name, version, reason, old.version if old else None
@@ -96,14 +97,7 @@ def promote(settings: Settings, head: str, version: str, promote_it: bool, reaso
     if old is not None and old.version != version:
         client.set_registered_model_alias(name, PREVIOUS, old.version)
     client.set_registered_model_alias(name, CHAMPION, version)
-    client.delete_registered_model_alias(name, CHALLENGER)
-    log.info(
-        "%s champion %s -> %s (previous %s)",
-        name,
-        old.version if old else None,
-        version,
-        old.version if old else None,
-    )
+    log.info("%s champion %s -> %s", name, old.version if old else None, version)
     return {"promoted": True, "champion": version, "previous": old.version if old else None, "reason": reason}
 
 
@@ -117,32 +111,6 @@ def rollback(settings: Settings, head: str) -> dict[str, Any]:
     client.set_registered_model_alias(name, CHAMPION, prev.version)
     if champ is not None:
         client.set_registered_model_alias(name, PREVIOUS, champ.version)
-        client.set_model_version_tag(name, champ.version, "promotion.decision", "rolled back")
+        client.set_model_version_tag(name, champ.version, DECISION_TAG, "rolled back")
     log.info("%s rolled back: champion %s -> %s", name, champ.version if champ else None, prev.version)
     return {"champion": prev.version, "previous": champ.version if champ else None}
-
-
-def load_head(settings: Settings, head: str, alias: str = CHAMPION) -> tuple[Head, Any] | None:
-    """The head holding ``alias`` (files only, no pickle) and its model version; None if unset."""
-    import mlflow
-
-    client = configure(settings)
-    version = alias_version(client, model_name(settings, head), alias)
-    if version is None:
-        return None
-    target = Path(tempfile.mkdtemp(prefix=f"turnout-{head}-"))
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=version.source, dst_path=str(target)))
-    sidecars = list(local.rglob(SIDECAR_FILE))
-    if len(sidecars) != 1:
-        raise FileNotFoundError(f"{version.source}: expected one {SIDECAR_FILE}, found {len(sidecars)}")
-    loaded = Head.load(local, sidecar=sidecars[0])
-    manifests = list(local.rglob(MANIFEST_FILE))
-    if manifests:
-        loaded, why = loaded.with_compiled(manifests[0])
-        if why:
-            log.warning("%s v%s: %s", model_name(settings, head), version.version, why)
-    else:
-        log.info(
-            "%s v%s has no compiled trees: scoring with LightGBM", model_name(settings, head), version.version
-        )
-    return loaded, version

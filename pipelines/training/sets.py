@@ -118,9 +118,11 @@ def build_training_set(
 ) -> TrainingSet:
     """Label, join point-in-time features, write a new version of ``lake/training/<head>``."""
     from models.heads import to_model_frame
-    from pipelines.features.store import get_store, historical_features, service_feature_names
-    from pipelines.index.tower import current_tower_version
+    from pipelines.feast_store import get_store
     from pipelines.spark import get_spark
+    from pipelines.training.retrieval import historical_features
+    from published.feature_store import service_feature_names
+    from published.tower import tower_at
 
     if head not in SERVICE_OF_HEAD:
         raise ValueError(f"unknown head {head!r}; choose one of {sorted(SERVICE_OF_HEAD)}")
@@ -174,7 +176,7 @@ def build_training_set(
     path = training_set_path(settings, head)
     description = {
         # The embeddings' meaning: a head may only be served beside vectors from this tower.
-        "tower_version": current_tower_version(settings) if EMBEDDING_COLUMN in features else None,
+        "tower_version": tower_at(settings, as_of) if EMBEDDING_COLUMN in features else None,
         "head": head,
         "path": path,
         "as_of": as_of.isoformat(),

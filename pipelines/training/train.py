@@ -1,10 +1,18 @@
-"""Train one head end to end: training set -> split -> LightGBM -> calibration -> gates -> MLflow.
+"""Train one head end to end, as a short sequence of named steps.
 
-``train_head(settings, head, as_of)`` builds a new training-set version (or reuses a recorded
-one), fits the head on the temporal training slice, corrects its odds for negative sampling,
-fits per-segment isotonic maps on the calibration slice, measures it on the test slice, runs
-the random-split leak diagnostic, logs everything to the head's MLflow experiment, registers
-the run's model as ``challenger`` and moves ``champion`` only if every gate passes.
+``train_head(settings, head, as_of)``:
+
+1. ``load_training_data``: a new training-set version as of ``as_of`` (or a recorded one), its
+   temporal split, the odds correction its counts imply and the input checks;
+2. ``fit``: LightGBM on the training slice, early-stopped on the calibration slice;
+3. ``calibrate``: the odds correction, then per-segment isotonic maps on the calibration slice;
+4. ``measure``: the test slice's metrics and the odds correction measured;
+5. ``leak_diagnostic``: what a random split would have reported (logged, never used to select);
+6. ``gate_inputs`` + ``decide``: the challenger's gate metric beside the champion's as recorded
+   at ``as_of`` (so training the same instant again decides the same way), then a pure decision;
+7. ``log_run``: params, metrics, plots, the head's files and compiled trees to MLflow;
+8. ``register_and_promote``: a registry version as ``challenger``, ``champion`` only if the
+   decision says so and the champion would not move backwards in data time.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import json
 import logging
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,23 +31,10 @@ import pandas as pd
 
 from conf import Settings
 from models.calibration import SamplingCorrection, fit_segment_calibrators
-from models.heads import (
-    DEFAULT_PARAMS,
-    SERVICE_OF_HEAD,
-    Head,
-    Scorer,
-    fit_booster,
-    model_columns,
-    segments,
-)
-from models.promotion import CandidateReport, Gates, should_promote
+from models.heads import DEFAULT_PARAMS, SERVICE_OF_HEAD, Head, Scorer, fit_booster, model_columns, segments
+from models.promotion import CandidateReport, Decision, Gates, should_promote
 from pipelines.training import registry
-from pipelines.training.report import (
-    importance_plot,
-    ndcg_on_logged,
-    probability_metrics,
-    reliability_plot,
-)
+from pipelines.training.report import importance_plot, ndcg_on_logged, probability_metrics, reliability_plot
 from pipelines.training.sets import (
     build_training_set,
     read_training_set,
@@ -51,7 +47,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 OTHER = {"rsvp": "attend", "attend": "rsvp"}
-_STEPS = ("training set", "fit", "calibrate", "test", "leak diagnostic", "gates", "mlflow")
+_STEPS = ("training set", "fit", "calibrate", "test", "leak diagnostic", "gates", "mlflow", "registry")
 
 
 FRESHNESS_TABLES = ("event_dynamics", "user_features")
@@ -62,6 +58,7 @@ def features_fresh(settings: Settings, as_of: datetime) -> dict[str, Any]:
     """Whether gold reaches ``as_of``: each table's newest row within 48 h of it (as validation)."""
     from pyspark.sql import functions as F
 
+    from contracts.instants import naive_utc
     from pipelines.spark import get_spark
 
     spark = get_spark(settings)
@@ -71,7 +68,7 @@ def features_fresh(settings: Settings, as_of: datetime) -> dict[str, Any]:
         row = (
             spark.read.format("delta")
             .load(settings.lake.table_path("gold", table))
-            .filter(F.col("event_timestamp") <= F.lit(as_of.astimezone(UTC).replace(tzinfo=None)))
+            .filter(F.col("event_timestamp") <= F.lit(naive_utc(as_of)))
             .agg(F.max("event_timestamp"))
             .first()
         )
@@ -98,28 +95,172 @@ def validate_inputs(frame: pd.DataFrame, columns: list[str], as_of: datetime | N
     return problems
 
 
-def _fit(frame: pd.DataFrame, split: Split, columns: list[str], settings: Settings) -> Any:
-    cfg = settings.training
-    x, y = frame[columns], frame["label"].to_numpy()
-    return fit_booster(
-        x[split.train],
-        y[split.train],
-        x[split.calibration],
-        y[split.calibration],
-        dict(cfg.lightgbm),
-        cfg.seed,
-        cfg.num_threads,
+@dataclass(frozen=True)
+class TrainingData:
+    """One recorded training set, split, with what the steps after it need to know about it."""
+
+    head: str
+    frame: pd.DataFrame
+    version: int
+    described: dict[str, Any]  # what the build recorded: as_of, window, counts, source versions
+    split: Split
+    features: list[str]  # the feature service's features, as declared in features/
+    columns: list[str]  # model inputs (the embedding spread into numbers)
+    correction: SamplingCorrection
+    problems: list[str]  # input checks that failed
+
+    @property
+    def as_of(self) -> datetime:
+        return datetime.fromisoformat(self.described["as_of"])
+
+    @property
+    def x(self) -> pd.DataFrame:
+        return self.frame[self.columns]
+
+    @property
+    def y(self) -> np.ndarray:
+        return self.frame["label"].to_numpy()
+
+
+def load_training_data(
+    settings: Settings, head: str, as_of: datetime | None, training_set_version: int | None
+) -> TrainingData:
+    """Build a new training-set version as of ``as_of``, or read recorded ``training_set_version``."""
+    from published.feature_store import declared_service, service_feature_names
+
+    if head not in SERVICE_OF_HEAD:
+        raise ValueError(f"unknown head {head!r}; choose one of {sorted(SERVICE_OF_HEAD)}")
+    if training_set_version is None:
+        if as_of is None:
+            raise ValueError("pass as_of (build a new training set) or training_set_version (reuse one)")
+        training_set_version = build_training_set(settings, head, as_of).version
+    frame, version = read_training_set(settings, head, training_set_version)
+    described = training_set_description(settings, head, version)
+    counts = described["counts"]
+    # The declared service (features/), not the registry's: the model carries what it was built on.
+    features = service_feature_names(declared_service(SERVICE_OF_HEAD[head]))
+    columns = model_columns(features, settings.index.embedding_dim)
+    return TrainingData(
+        head=head,
+        frame=frame,
+        version=version,
+        described=described,
+        split=split_training_set(settings, frame, described),
+        features=features,
+        columns=columns,
+        correction=SamplingCorrection(
+            keep_rate=float(counts["keep_rate"]), injected_per_negative=float(counts["injected_per_negative"])
+        ),
+        problems=validate_inputs(frame, columns, datetime.fromisoformat(described["as_of"])),
     )
 
 
-def gate_frame(settings: Settings, head: str, frame: pd.DataFrame, split: Split) -> pd.DataFrame:
+def _fit(data: TrainingData, split: Split, settings: Settings) -> Any:
+    cfg = settings.training
+    x, y = data.x, data.y
+    return fit_booster(
+        x[split.train], y[split.train], x[split.calibration], y[split.calibration], dict(cfg.lightgbm),
+        cfg.seed, cfg.num_threads,
+    )  # fmt: skip
+
+
+def fit(settings: Settings, data: TrainingData) -> Any:
+    """The head's booster on the temporal training slice, early-stopped on the calibration slice."""
+    return _fit(data, data.split, settings)
+
+
+def calibrate(settings: Settings, data: TrainingData, booster: Any) -> Head:
+    """The odds correction for how negatives were sampled, then per-segment isotonic maps fit on
+    the calibration slice (natural impressions: the population the probability must describe)."""
+    from published.feature_store import declared_service, service_schema_hash
+
+    cal = data.split.calibration
+    x_cal = data.x[cal]
+    corrected = data.correction.apply(booster.predict(x_cal))
+    return Head(
+        name=data.head,
+        booster=booster,
+        features=data.features,
+        columns=data.columns,
+        embedding_dim=settings.index.embedding_dim,
+        schema_hash=service_schema_hash(declared_service(SERVICE_OF_HEAD[data.head])),
+        correction=data.correction,
+        calibrators=fit_segment_calibrators(corrected, data.y[cal], segments(x_cal)),
+        tower_version=data.described.get("tower_version"),
+    )
+
+
+def measure(data: TrainingData, trained: Head) -> dict[str, float]:
+    """Test-slice metrics of the calibrated head, and the odds correction measured where the
+    population matches training (the calibration slice: same events, later instants)."""
+    split, correction, booster = data.split, trained.correction, trained.booster
+    xt, yt = data.x[split.test], data.y[split.test]
+    seg_t = segments(xt)
+    p_raw = trained.raw(xt)
+    p_corr = correction.apply(p_raw)
+    metrics = {f"test_{k}": v for k, v in probability_metrics(yt, trained.predict(xt), seg_t).items()}
+    y_cal = data.y[split.calibration]
+    raw_cal = np.asarray(booster.predict(data.x[split.calibration]), dtype=float)
+    corrected_cal = correction.apply(raw_cal)
+
+    def ratio(p: np.ndarray, y: np.ndarray) -> float:
+        return float(p.mean() / max(y.mean(), 1e-12))
+
+    metrics.update(
+        {
+            "calibration_predicted_over_observed_uncorrected": ratio(raw_cal, y_cal),
+            "calibration_predicted_over_observed_odds_corrected": ratio(corrected_cal, y_cal),
+            "test_ece_uncorrected": probability_metrics(yt, p_raw, seg_t)["ece"],
+            "test_ece_odds_corrected": probability_metrics(yt, p_corr, seg_t)["ece"],
+            "test_predicted_over_observed_uncorrected": ratio(p_raw, yt),
+            "test_predicted_over_observed_odds_corrected": ratio(p_corr, yt),
+            "odds_factor": correction.odds_factor,
+            "best_iteration": float(booster.best_iteration or booster.current_iteration()),
+            **{f"rows_{k}": float(v) for k, v in split.sizes().items()},
+        }
+    )
+    return metrics
+
+
+def leak_diagnostic(
+    settings: Settings, data: TrainingData, trained: Head, temporal_auc: float
+) -> dict[str, float]:
+    """What a random 80/20 split over the same rows would report: how much it would flatter."""
+    split = data.split
+    leaky = random_split(data.frame, split.train | split.test, settings.training.seed)
+    booster = _fit(data, leaky, settings)
+    x, y = data.x, data.y
+    out = {
+        "leak_auc_temporal": temporal_auc,
+        "leak_auc_random": probability_metrics(
+            y[leaky.test], booster.predict(x[leaky.test]), segments(x[leaky.test])
+        )["auc"],
+    }
+    if data.head == "rsvp":
+        out["leak_ndcg_at_25_temporal"] = ndcg_on_logged(data.frame[split.test], trained.raw(x[split.test]))
+        out["leak_ndcg_at_25_random"] = ndcg_on_logged(data.frame[leaky.test], booster.predict(x[leaky.test]))
+    return out
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    """What the decision compares, each pinned to the run's ``as_of`` where it can be."""
+
+    ndcg_at_25: float  # the product score's NDCG@25 on the gate requests, with this head in it
+    champion_ndcg_at_25: float | None  # the same with the champion as recorded at as_of
+    champion_schema_hash: str | None
+    serving_schema_hash: str  # what the online store serves for this head's feature service
+    published_tower: str | None  # the tower serving's embeddings come from, now
+
+
+def gate_frame(settings: Settings, data: TrainingData) -> pd.DataFrame:
     """The logged requests a head is gated on: the newest p_rsvp training set's test slice.
 
     The feed ranks by the product of both heads, so each head is judged by the product's NDCG@25
     on logged impressions (with the other head's champion); for ``rsvp`` that is its own test slice.
     """
-    if head == "rsvp":
-        return frame[split.test]
+    if data.head == "rsvp":
+        return data.frame[data.split.test]
     try:
         rsvp, version = read_training_set(settings, "rsvp")
     except FileNotFoundError as err:
@@ -128,11 +269,64 @@ def gate_frame(settings: Settings, head: str, frame: pd.DataFrame, split: Split)
     return rsvp[split_training_set(settings, rsvp, described).test]
 
 
-def _ndcg_with(scorer: Scorer, frame: pd.DataFrame) -> float:
+def _ndcg_with(rsvp: Head | None, attend: Head | None, frame: pd.DataFrame) -> float:
+    scorer = Scorer(rsvp, attend)
     missing = [c for c in scorer.columns() if c not in frame.columns]
     if missing:
         raise KeyError(f"gate frame lacks model inputs {missing[:5]}")
     return ndcg_on_logged(frame, scorer.score(frame)["score"])
+
+
+def gate_inputs(settings: Settings, data: TrainingData, trained: Head) -> GateInputs:
+    """The challenger's gate metric beside the champion's, both heads' champions as they were for
+    data before ``as_of`` (``published.registry.champion_at``), not whatever is live today."""
+    from pipelines.feast_store import get_store
+    from published.feature_store import schema_hash
+    from published.registry import champion_at
+    from published.tower import current_tower_version
+
+    registry.configure(settings)  # this writer creates the tracking store on a first run
+    other = champion_at(settings, OTHER[data.head], data.as_of)
+    other_head = other[0] if other else None
+
+    def pair(head: Head) -> tuple[Head | None, Head | None]:
+        return (head, other_head) if data.head == "rsvp" else (other_head, head)
+
+    gated_on = gate_frame(settings, data)
+    champion = champion_at(settings, data.head, data.as_of)
+    return GateInputs(
+        ndcg_at_25=_ndcg_with(*pair(trained), gated_on),
+        champion_ndcg_at_25=_ndcg_with(*pair(champion[0]), gated_on) if champion else None,
+        champion_schema_hash=champion[0].schema_hash if champion else None,
+        serving_schema_hash=schema_hash(SERVICE_OF_HEAD[data.head], store=get_store(settings)),
+        published_tower=current_tower_version(settings),
+    )
+
+
+def decide(
+    trained: Head, metrics: dict[str, float], inputs: GateInputs, problems: list[str], gates: Gates
+) -> Decision:
+    """Every reason the challenger may not become champion (none: promote). Pure."""
+    report = CandidateReport(
+        ndcg_at_25=inputs.ndcg_at_25,
+        ece=metrics["test_ece"],
+        score_std=metrics["test_score_std"],
+        schema_hash=trained.schema_hash,
+        inputs_validated=not problems,
+    )
+    champion = (
+        None
+        if inputs.champion_ndcg_at_25 is None or inputs.champion_schema_hash is None
+        else CandidateReport(inputs.champion_ndcg_at_25, 0.0, 1.0, inputs.champion_schema_hash, True)
+    )
+    decision = should_promote(report, champion, gates, inputs.serving_schema_hash)
+    reasons = [*decision.reasons, *(f"input validation: {p}" for p in problems)]
+    if trained.uses_embeddings() and trained.tower_version != inputs.published_tower:
+        reasons.append(
+            f"trained on tower {trained.tower_version}'s embeddings, serving has tower {inputs.published_tower}'s"
+        )
+    reasons = list(dict.fromkeys(reasons))
+    return Decision(promote=not reasons, reasons=reasons)
 
 
 def _compile(head: Head, directory: Path) -> list[Path]:
@@ -148,6 +342,85 @@ def _compile(head: Head, directory: Path) -> list[Path]:
     return sorted(p for p in manifest.parent.iterdir() if p.is_file())
 
 
+def log_run(
+    settings: Settings, data: TrainingData, trained: Head, metrics: dict[str, float], decision: Decision
+) -> str:
+    """One MLflow run: params, tags (schema hash, tower, data versions, decision), metrics,
+    reliability and importance plots, and the model with its sidecar and compiled trees."""
+    import mlflow
+    from lightgbm import __version__ as lgb_version
+
+    head, split, described = data.head, data.split, data.described
+    registry.configure(settings)
+    experiment = registry.ensure_experiment(settings, registry.experiment_name(settings, head))
+    params = {**DEFAULT_PARAMS, **settings.training.lightgbm}
+    xt, yt = data.x[split.test], data.y[split.test]
+    seg_t = segments(xt)
+    with mlflow.start_run(experiment_id=experiment, run_name=f"p_{head} as of {described['as_of']}") as run:
+        mlflow.log_params(
+            {
+                "head": head,
+                "feature_service": SERVICE_OF_HEAD[head],
+                "as_of": described["as_of"],
+                "training_set_path": described.get("path", ""),
+                "training_set_version": data.version,
+                "seed": settings.training.seed,
+                "calibration_start": split.calibration_start.isoformat(),
+                "test_start": split.test_start.isoformat(),
+                "keep_rate": data.correction.keep_rate,
+                "injected_per_negative": round(data.correction.injected_per_negative, 6),
+                **{f"lgb_{k}": v for k, v in params.items()},
+            }
+        )
+        mlflow.set_tags(
+            {
+                "feature_schema_hash": trained.schema_hash,
+                "tower_version": str(trained.tower_version),
+                "model_sha256": trained.model_sha256(),
+                "training_set_version": str(data.version),
+                "promotion.reason": decision.reason,
+                **{f"data.{k}": str(v) for k, v in described["sources"].items()},
+            }
+        )
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            reliability = reliability_plot(
+                yt, trained.predict(xt), seg_t, f"p_{head}: calibrated, test slice", d / "reliability.png"
+            )
+            reliability.to_csv(d / "reliability.csv", index=False)
+            reliability_plot(
+                yt, trained.raw(xt), seg_t, f"p_{head}: raw (no odds correction)", d / "reliability_raw.png"
+            )
+            importance_plot(trained.booster, f"p_{head}: feature importance", d / "importance.png").to_csv(
+                d / "importance.csv", index=False
+            )
+            (d / "training_set.json").write_text(json.dumps(described, indent=1, sort_keys=True))
+            (d / "decision.json").write_text(
+                json.dumps({"promote": decision.promote, "reasons": decision.reasons}, indent=1)
+            )
+            mlflow.log_artifacts(str(d), artifact_path="report")
+            trained.save(d / "head")
+            compiled = _compile(trained, d / "head" / "compiled")
+            mlflow.set_tag("compiled", "yes" if compiled else "no")
+            mlflow.lightgbm.log_model(
+                trained.booster,
+                name="model",
+                extra_files=[str(d / "head" / "head.json"), *map(str, compiled)],
+                pip_requirements=[f"lightgbm=={lgb_version}"],
+            )
+        return str(run.info.run_id)
+
+
+def register_and_promote(
+    settings: Settings, data: TrainingData, run_id: str, decision: Decision
+) -> tuple[str, dict[str, Any]]:
+    """The run's model as a new registry version (``challenger``), promoted if the decision says."""
+    version = registry.register(settings, run_id, data.head, data.as_of)
+    moved = registry.promote(settings, data.head, str(version.version), decision.promote, decision.reason)
+    return str(version.version), moved
+
+
 def train_head(
     settings: Settings,
     head: str,
@@ -161,202 +434,46 @@ def train_head(
     recorded inputs gives the same model); otherwise a new version is built as of ``as_of``.
     Returns ``{"run_id", "version", "metrics", "promoted", "reason", ...}``.
     """
-    import mlflow
-    from lightgbm import __version__ as lgb_version
-
-    from features.repo import FEATURE_SERVICES
-    from pipelines.features.store import get_store, schema_hash, service_feature_names, service_schema_hash
-    from pipelines.index.tower import current_tower_version
 
     def step(i: int) -> None:
         if progress:
             progress(_STEPS[i], i, len(_STEPS))
 
-    if head not in SERVICE_OF_HEAD:
-        raise ValueError(f"unknown head {head!r}; choose one of {sorted(SERVICE_OF_HEAD)}")
-    cfg = settings.training
     step(0)
-    if training_set_version is None:
-        if as_of is None:
-            raise ValueError("pass as_of (build a new training set) or training_set_version (reuse one)")
-        training_set_version = build_training_set(settings, head, as_of).version
-    frame, version = read_training_set(settings, head, training_set_version)
-    described = training_set_description(settings, head, version)
-    counts = described["counts"]
-    correction = SamplingCorrection(
-        keep_rate=float(counts["keep_rate"]), injected_per_negative=float(counts["injected_per_negative"])
-    )
-    service = SERVICE_OF_HEAD[head]
-    # The declared service (features/), not the registry's: the model carries what it was built on.
-    declared = {s.name: s for s in FEATURE_SERVICES}[service]
-    features = service_feature_names(declared)
-    columns = model_columns(features, settings.index.embedding_dim)
-    problems = validate_inputs(frame, columns, datetime.fromisoformat(described["as_of"]))
-    split = split_training_set(settings, frame, described)
-    x, y = frame[columns], frame["label"].to_numpy()
-
+    data = load_training_data(settings, head, as_of, training_set_version)
     step(1)
-    booster = _fit(frame, split, columns, settings)
+    booster = fit(settings, data)
     step(2)
-    corrected_cal = correction.apply(booster.predict(x[split.calibration]))
-    calibrators = fit_segment_calibrators(corrected_cal, y[split.calibration], segments(x[split.calibration]))
-    trained = Head(
-        name=head,
-        booster=booster,
-        features=features,
-        columns=columns,
-        embedding_dim=settings.index.embedding_dim,
-        schema_hash=service_schema_hash(declared),
-        correction=correction,
-        calibrators=calibrators,
-        tower_version=described.get("tower_version"),
-    )
-
+    trained = calibrate(settings, data, booster)
     step(3)
-    xt, yt = x[split.test], y[split.test]
-    seg_t = segments(xt)
-    p_raw = trained.raw(xt)
-    p_corr = correction.apply(p_raw)
-    p_cal = trained.predict(xt)
-    metrics = {f"test_{k}": v for k, v in probability_metrics(yt, p_cal, seg_t).items()}
-    # The odds correction, measured where the population matches training (the calibration
-    # slice: same events, later instants): predicted / observed without and with it.
-    y_cal = y[split.calibration]
-    raw_cal = booster.predict(x[split.calibration])
-    metrics.update(
-        {
-            "calibration_predicted_over_observed_uncorrected": float(
-                raw_cal.mean() / max(y_cal.mean(), 1e-12)
-            ),
-            "calibration_predicted_over_observed_odds_corrected": float(
-                corrected_cal.mean() / max(y_cal.mean(), 1e-12)
-            ),
-            "test_ece_uncorrected": probability_metrics(yt, p_raw, seg_t)["ece"],
-            "test_ece_odds_corrected": probability_metrics(yt, p_corr, seg_t)["ece"],
-            "test_predicted_over_observed_uncorrected": float(p_raw.mean() / max(yt.mean(), 1e-12)),
-            "test_predicted_over_observed_odds_corrected": float(p_corr.mean() / max(yt.mean(), 1e-12)),
-            "odds_factor": correction.odds_factor,
-            "best_iteration": float(booster.best_iteration or booster.current_iteration()),
-            **{f"rows_{k}": float(v) for k, v in split.sizes().items()},
-        }
-    )
-
+    metrics = measure(data, trained)
     step(4)
-    leaky = random_split(frame, split.train | split.test, cfg.seed)
-    leaky_booster = _fit(frame, leaky, columns, settings)
-    metrics["leak_auc_temporal"] = metrics["test_auc"]
-    metrics["leak_auc_random"] = probability_metrics(
-        y[leaky.test], leaky_booster.predict(x[leaky.test]), segments(x[leaky.test])
-    )["auc"]
-    if head == "rsvp":
-        metrics["leak_ndcg_at_25_temporal"] = ndcg_on_logged(frame[split.test], p_raw)
-        metrics["leak_ndcg_at_25_random"] = ndcg_on_logged(
-            frame[leaky.test], leaky_booster.predict(x[leaky.test])
-        )
-
+    metrics.update(leak_diagnostic(settings, data, trained, metrics["test_auc"]))
     step(5)
-    other = registry.load_head(settings, OTHER[head])
-    other_head = other[0] if other else None
-    pair = (trained, other_head) if head == "rsvp" else (other_head, trained)
-    gated_on = gate_frame(settings, head, frame, split)
-    metrics["gate_ndcg_at_25"] = _ndcg_with(Scorer(*pair), gated_on)
-    champion = registry.load_head(settings, head)
-    champion_report = None
-    if champion is not None:
-        champ_pair = (champion[0], other_head) if head == "rsvp" else (other_head, champion[0])
-        champ_ndcg = _ndcg_with(Scorer(*champ_pair), gated_on)
-        metrics["champion_gate_ndcg_at_25"] = champ_ndcg
-        champion_report = CandidateReport(champ_ndcg, 0.0, 1.0, champion[0].schema_hash, True)
-    report = CandidateReport(
-        ndcg_at_25=metrics["gate_ndcg_at_25"],
-        ece=metrics["test_ece"],
-        score_std=metrics["test_score_std"],
-        schema_hash=trained.schema_hash,
-        inputs_validated=not problems,
+    inputs = gate_inputs(settings, data, trained)
+    metrics["gate_ndcg_at_25"] = inputs.ndcg_at_25
+    if inputs.champion_ndcg_at_25 is not None:
+        metrics["champion_gate_ndcg_at_25"] = inputs.champion_ndcg_at_25
+    g = settings.training.gates[head]
+    decision = decide(
+        trained, metrics, inputs, data.problems, Gates(g.ndcg_tolerance, g.max_ece, g.min_score_std)
     )
-    gate_cfg = cfg.gates[head]
-    gates = Gates(gate_cfg.ndcg_tolerance, gate_cfg.max_ece, gate_cfg.min_score_std)
-    serving_hash = schema_hash(service, store=get_store(settings))
-    decision = should_promote(report, champion_report, gates, serving_hash)
-    reasons = [*decision.reasons, *(f"input validation: {p}" for p in problems)]
-    published_tower = current_tower_version(settings)
-    if trained.uses_embeddings() and trained.tower_version != published_tower:
-        reasons.append(
-            f"trained on tower {trained.tower_version}'s embeddings, serving has tower {published_tower}'s"
-        )
-    reason = "; ".join(dict.fromkeys(reasons)) or "all gates passed"
-
     step(6)
-    registry.configure(settings)
-    experiment = registry.ensure_experiment(settings, registry.experiment_name(settings, head))
-    params = {**DEFAULT_PARAMS, **cfg.lightgbm}
-    with mlflow.start_run(experiment_id=experiment, run_name=f"p_{head} as of {described['as_of']}") as run:
-        mlflow.log_params(
-            {
-                "head": head,
-                "feature_service": service,
-                "as_of": described["as_of"],
-                "training_set_path": described.get("path", ""),
-                "training_set_version": version,
-                "seed": cfg.seed,
-                "calibration_start": split.calibration_start.isoformat(),
-                "test_start": split.test_start.isoformat(),
-                "keep_rate": correction.keep_rate,
-                "injected_per_negative": round(correction.injected_per_negative, 6),
-                **{f"lgb_{k}": v for k, v in params.items()},
-            }
-        )
-        mlflow.set_tags(
-            {
-                "feature_schema_hash": trained.schema_hash,
-                "tower_version": str(trained.tower_version),
-                "model_sha256": trained.model_sha256(),
-                "training_set_version": str(version),
-                "promotion.reason": reason,
-                **{f"data.{k}": str(v) for k, v in described["sources"].items()},
-            }
-        )
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
-        with tempfile.TemporaryDirectory() as tmp:
-            d = Path(tmp)
-            reliability = reliability_plot(
-                yt, p_cal, seg_t, f"p_{head}: calibrated, test slice", d / "reliability.png"
-            )
-            reliability.to_csv(d / "reliability.csv", index=False)
-            reliability_plot(
-                yt, p_raw, seg_t, f"p_{head}: raw (no odds correction)", d / "reliability_raw.png"
-            )
-            importance_plot(booster, f"p_{head}: feature importance", d / "importance.png").to_csv(
-                d / "importance.csv", index=False
-            )
-            (d / "training_set.json").write_text(json.dumps(described, indent=1, sort_keys=True))
-            (d / "decision.json").write_text(
-                json.dumps({"promote": not reasons, "reasons": reasons}, indent=1)
-            )
-            mlflow.log_artifacts(str(d), artifact_path="report")
-            trained.save(d / "head")
-            compiled = _compile(trained, d / "head" / "compiled")
-            mlflow.set_tag("compiled", "yes" if compiled else "no")
-            mlflow.lightgbm.log_model(
-                booster,
-                name="model",
-                extra_files=[str(d / "head" / "head.json"), *map(str, compiled)],
-                pip_requirements=[f"lightgbm=={lgb_version}"],
-            )
-        run_id = run.info.run_id
-    model_version = registry.register(settings, run_id, head)
-    moved = registry.promote(settings, head, str(model_version.version), not reasons, reason)
-    log.info("p_%s run %s v%s: %s", head, run_id, model_version.version, reason)
+    run_id = log_run(settings, data, trained, metrics, decision)
+    step(7)
+    version, moved = register_and_promote(settings, data, run_id, decision)
+    log.info("p_%s run %s v%s: %s", head, run_id, version, moved["reason"])
     return {
         "run_id": run_id,
-        "version": str(model_version.version),
+        "version": version,
         "head": head,
-        "training_set_version": version,
+        "as_of": data.described["as_of"],
+        "training_set_version": data.version,
         "metrics": {
             k: (None if v is None or not np.isfinite(v) else round(float(v), 6)) for k, v in metrics.items()
         },
         "promoted": moved["promoted"],
         "champion": moved["champion"],
-        "reason": reason,
+        "reason": moved["reason"],
         "model_sha256": trained.model_sha256(),
     }

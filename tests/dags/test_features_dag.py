@@ -128,7 +128,7 @@ def simulated_silver(
     from conf import load_settings
     from pipelines.features.jobs import KNOWN_AT
     from pipelines.ingest.run import build_silver, ingest_bronze
-    from pipelines.simulator import SimulationConfig, simulate
+    from simulator import SimulationConfig, simulate
 
     monkeypatch.setenv("TURNOUT_HOME", str(tmp_path / "home"))
     settings = load_settings()  # what the DAG's tasks load
@@ -149,8 +149,9 @@ def simulated_silver(
 def test_features_dag_builds_validates_and_materializes_a_simulated_world(
     dagbag: DagBag, simulated_silver: tuple[Settings, datetime, datetime]
 ) -> None:
-    from pipelines.features.store import get_store, materialized_intervals
+    from pipelines.features.materialize import materialized_intervals
     from pipelines.spark import get_spark
+    from published.feature_store import open_online_store
 
     settings, start, end = simulated_silver
     started = time.perf_counter()
@@ -194,7 +195,7 @@ def test_features_dag_builds_validates_and_materializes_a_simulated_world(
         .collect()
     )
     served = (
-        get_store(settings, offline=False)
+        open_online_store(settings)
         .get_online_features(
             features=["user_features:history_depth", "user_features:attend_rate_shrunk"],
             entity_rows=[{"user_id": r["user_id"]} for r in newest],

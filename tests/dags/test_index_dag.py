@@ -76,9 +76,8 @@ def test_weekly_tower_then_hourly_index_run_end_to_end(  # type: ignore[no-untyp
     airflow_env: AirflowTestEnv, dagbag: DagBag, spark
 ) -> None:
     from conf import load_settings
-    from pipelines.index.geo_store import load_live_index
-    from pipelines.index.run import geo_store
-    from pipelines.index.tower import current_tower_version
+    from published.index_store import geo_store, load_live_index
+    from published.tower import current_tower_version
     from tests.index_synthetic import make_world, write_silver
 
     settings = load_settings("local", home=airflow_env.turnout_home)

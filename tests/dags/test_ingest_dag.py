@@ -202,9 +202,9 @@ def _delivered_hours(landing_root: Path) -> dict[datetime, set[str]]:
 @pytest.mark.integration
 def test_ingest_dag_builds_silver_from_simulated_landing(dagbag: DagBag, airflow_env: AirflowTestEnv) -> None:
     from conf import load_settings
-    from pipelines.simulator.config import SimulationConfig
-    from pipelines.simulator.run import simulate
     from pipelines.spark import get_spark
+    from simulator.config import SimulationConfig
+    from simulator.run import simulate
 
     settings = load_settings()  # TURNOUT_HOME is the session's throwaway home (conftest)
     assert settings.home == airflow_env.turnout_home.resolve()

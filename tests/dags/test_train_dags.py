@@ -61,8 +61,8 @@ def test_hourly_rsvp_then_weekly_attend_train_and_promote(  # type: ignore[no-un
     from mlflow import MlflowClient
 
     from conf import load_settings
-    from pipelines.simulator import SimulationConfig
     from pipelines.training.registry import alias_version, configure, model_name
+    from simulator import SimulationConfig
     from tests.dags.test_index_dag import without_retries
     from tests.integration.training_world import build_training_world
 

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from conf import Settings
+from contracts.landing import CATEGORIES
 from pipelines.features.jobs import GOLD_KEYS
-from pipelines.landing_schema import CATEGORIES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipelines.landing_schema import delivered_partition
+from contracts.landing import delivered_partition
 
 
 def event(event_id: str, **overrides: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.cli import app
+from cli.main import app
 from tests.integration.landing_lines import event, write_lines
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,10 @@ import pandas as pd
 import pytest
 
 from conf import Settings
-from pipelines.features import store as feature_store
+from pipelines import feast_store
+from pipelines.features import definitions, materialize
+from pipelines.training import retrieval
+from published import feature_store
 from tests.conftest import make_settings
 from tests.integration import gold_tables as G
 
@@ -90,7 +93,7 @@ def _backend_settings(lake: Settings, backend: str) -> Settings:
 )
 def backend(request: pytest.FixtureRequest, lake: Settings) -> Iterator[tuple[str, Settings]]:
     settings = _backend_settings(lake, request.param)
-    report = feature_store.apply_definitions(settings)
+    report = definitions.apply_definitions(settings)
     assert report["applied"] is True and report["registry_hash"] is None
     yield request.param, settings
     if request.param == "redis":
@@ -120,13 +123,13 @@ def _newest(rows: list[dict[str, Any]], keys: tuple[str, ...], end: datetime) ->
 
 
 def _online_values(settings: Settings, refs: list[str], rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    store = feature_store.get_store(settings)
+    store = feast_store.get_store(settings)
     return store.get_online_features(features=refs, entity_rows=rows).to_dict()
 
 
 def test_apply_runs_only_when_definitions_change(backend, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     _, settings = backend
-    unchanged = feature_store.apply_definitions(settings)
+    unchanged = definitions.apply_definitions(settings)
     assert unchanged["applied"] is False
     assert unchanged["definitions_hash"] == unchanged["registry_hash"]
 
@@ -134,33 +137,33 @@ def test_apply_runs_only_when_definitions_change(backend, monkeypatch) -> None: 
 
     # A metadata change (Feast updates it in place) and a schema change (Feast versions the view).
     monkeypatch.setattr(views.market_rates, "ttl", timedelta(days=31))
-    changed = feature_store.apply_definitions(settings)
+    changed = definitions.apply_definitions(settings)
     assert changed["applied"] is True and changed["changed"] == ["FeatureView:market_rates"]
     without = [f for f in views.event_embeddings.features if f.name != "tower_version"]
     monkeypatch.setattr(views.event_embeddings, "features", without)
-    changed = feature_store.apply_definitions(settings)
+    changed = definitions.apply_definitions(settings)
     assert changed["applied"] is True and changed["changed"] == ["FeatureView:event_embeddings"]
     monkeypatch.undo()
-    restored = feature_store.apply_definitions(settings)
+    restored = definitions.apply_definitions(settings)
     assert restored["applied"] is True and restored["definitions_hash"] == unchanged["definitions_hash"]
-    assert feature_store.apply_definitions(settings)["applied"] is False
+    assert definitions.apply_definitions(settings)["applied"] is False
 
 
 def test_materialization_is_incremental_contiguous_and_idempotent(backend, history) -> None:  # type: ignore[no-untyped-def]
     _, settings = backend
-    first = feature_store.materialize(settings, END_1, INCREMENTAL_VIEWS, lookback=NO_LOOKBACK)
+    first = materialize.materialize(settings, END_1, INCREMENTAL_VIEWS, lookback=NO_LOOKBACK)
     for name in INCREMENTAL_VIEWS:
         window = first["views"][name]
         assert window["status"] == "materialized" and window["end"] == END_1.isoformat()
     assert first["views"]["social"]["rows"] == len(_newest(history["social"], G.KEYS["social"], END_1))
 
-    again = feature_store.materialize(settings, END_1, INCREMENTAL_VIEWS, lookback=NO_LOOKBACK)
+    again = materialize.materialize(settings, END_1, INCREMENTAL_VIEWS, lookback=NO_LOOKBACK)
     assert {v["status"] for v in again["views"].values()} == {"up_to_date"} and again["rows"] == 0
 
-    second = feature_store.materialize(settings, END_2, INCREMENTAL_VIEWS, lookback=NO_LOOKBACK)
+    second = materialize.materialize(settings, END_2, INCREMENTAL_VIEWS, lookback=NO_LOOKBACK)
     for name in INCREMENTAL_VIEWS:
         assert second["views"][name]["start"] == END_1.isoformat()  # starts where the last one ended
-    intervals = feature_store.materialized_intervals(settings)
+    intervals = materialize.materialized_intervals(settings)
     for name in INCREMENTAL_VIEWS:
         windows = intervals[name]
         assert [end for _, end in windows] == [END_1.isoformat(), END_2.isoformat()]
@@ -182,12 +185,12 @@ def test_an_old_window_never_moves_an_online_value_backwards(backend, history) -
     refs, rows = ["user_features:attend_rate_shrunk"], [{"user_id": u} for u in moved]
     expected = [newest[(u,)]["attend_rate_shrunk"] for u in moved]
 
-    refused = feature_store.materialize(settings, END_1, ["user_features"])
+    refused = materialize.materialize(settings, END_1, ["user_features"])
     assert refused["views"]["user_features"]["status"] == "behind" and refused["rows"] == 0
     assert _online_values(settings, refs, rows)["attend_rate_shrunk"] == expected
 
     # Why the guard exists: Feast itself happily re-materializes an old window.
-    store = feature_store.get_store(settings)
+    store = feast_store.get_store(settings)
     store.materialize(start_date=G.T0, end_date=END_1, feature_views=["user_features"])
     after_raw = _online_values(settings, refs, rows)["attend_rate_shrunk"]
     if name == "sqlite":
@@ -228,10 +231,10 @@ def _request_rows(history: dict[str, list[dict[str, Any]]], at: datetime) -> lis
 def offline_at_end_2(lake: Settings, history) -> tuple[list[dict[str, Any]], pd.DataFrame]:  # type: ignore[no-untyped-def]
     """p_rsvp_v1 from the offline store for a set of (user, event) requests at END_2."""
     settings = _backend_settings(lake, "offline")
-    feature_store.apply_definitions(settings)
+    definitions.apply_definitions(settings)
     rows = _request_rows(history, END_2)
     entity_df = pd.DataFrame(rows).assign(event_timestamp=pd.Timestamp(END_2))
-    return rows, feature_store.historical_features(settings, entity_df, "p_rsvp_v1")
+    return rows, retrieval.historical_features(settings, entity_df, "p_rsvp_v1")
 
 
 def _missing(value: Any) -> bool:
@@ -253,11 +256,11 @@ def _same(a: Any, b: Any) -> bool:
 
 def test_offline_and_online_features_are_equal_after_materialization(backend, offline_at_end_2) -> None:  # type: ignore[no-untyped-def]
     _, settings = backend
-    report = feature_store.materialize(settings, END_2, lookback=NO_LOOKBACK)
+    report = materialize.materialize(settings, END_2, lookback=NO_LOOKBACK)
     assert {v["status"] for v in report["views"].values()} <= {"materialized", "up_to_date"}
 
     rows, offline = offline_at_end_2
-    store = feature_store.get_store(settings)
+    store = feast_store.get_store(settings)
     online = feature_store.online_features(store, "p_rsvp_v1", rows, now=END_2)
     names = feature_store.service_feature_names(store.get_feature_service("p_rsvp_v1"))
     assert set(online) == set(names)

@@ -17,7 +17,9 @@ import pandas as pd
 import pytest
 
 from conf import Settings
-from pipelines.features import store as feature_store
+from pipelines import feast_store
+from pipelines.features import definitions, materialize
+from pipelines.training import retrieval
 from tests.conftest import make_settings
 from tests.integration import gold_tables as G
 
@@ -112,7 +114,7 @@ def pit(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Setti
     settings = make_settings(tmp_path_factory.mktemp("pit") / "home")
     history = generate(seed=5)
     G.write_history(spark, settings, history)
-    feature_store.apply_definitions(settings)
+    definitions.apply_definitions(settings)
     yield settings, history, label_rows(history, seed=6)
     spark.conf.set("spark.sql.shuffle.partitions", previous)
 
@@ -134,7 +136,7 @@ def _as_python(value: Any) -> Any:
 
 def test_training_frame_matches_the_brute_force_oracle(pit) -> None:  # type: ignore[no-untyped-def]
     settings, history, labels = pit
-    frame = feature_store.historical_features(settings, labels, REFS)
+    frame = retrieval.historical_features(settings, labels, REFS)
     assert list(frame.index) == list(labels.index)
     assert frame[["user_id", "event_id"]].equals(labels[["user_id", "event_id"]])
     expected = _expected(history, labels)
@@ -172,7 +174,7 @@ def test_without_the_created_filter_feast_leaks_late_writes_into_the_past(pit) -
     """Why historical_features passes filter_by_created_timestamp: Feast's default join leaks."""
     settings, history, labels = pit
     refs = ["user_features:attend_rate_shrunk"]
-    leaky = feature_store.historical_features(settings, labels, refs, filter_by_created=False)
+    leaky = retrieval.historical_features(settings, labels, refs, filter_by_created=False)
     got = leaky["attend_rate_shrunk"].map(_as_python).tolist()
     expected = _expected(history, labels)["attend_rate_shrunk"]
     leaked = [
@@ -193,14 +195,14 @@ def test_materialization_looks_back_for_rows_written_late(spark, tmp_path) -> No
     first_end = G.T0 + timedelta(days=2)
     early = G.default_row("user_features", rng, {"user_id": "late"}, G.T0)
     G.write_gold(spark, settings, "user_features", [early], mode="overwrite")
-    feature_store.apply_definitions(settings)
-    feature_store.materialize(settings, first_end, ["user_features"])
+    definitions.apply_definitions(settings)
+    materialize.materialize(settings, first_end, ["user_features"])
 
     # The job writes, after first_end, a value that became known an hour before it.
     late = G.default_row("user_features", rng, {"user_id": "late"}, first_end - timedelta(hours=1))
     late["created"], late["attend_rate_shrunk"] = first_end + timedelta(minutes=5), 0.123
     G.write_gold(spark, settings, "user_features", [late])
-    store = feature_store.get_store(settings)
+    store = feast_store.get_store(settings)
 
     def online() -> Any:
         refs = ["user_features:attend_rate_shrunk"]
@@ -208,7 +210,7 @@ def test_materialization_looks_back_for_rows_written_late(spark, tmp_path) -> No
             "attend_rate_shrunk"
         ][0]
 
-    blind = feature_store.materialize(settings, first_end + SECOND, ["user_features"], lookback=timedelta(0))
+    blind = materialize.materialize(settings, first_end + SECOND, ["user_features"], lookback=timedelta(0))
     assert blind["views"]["user_features"]["rows"] == 0 and online() == early["attend_rate_shrunk"]
-    caught = feature_store.materialize(settings, first_end + 2 * SECOND, ["user_features"])  # jobs' lookback
+    caught = materialize.materialize(settings, first_end + 2 * SECOND, ["user_features"])  # jobs' lookback
     assert caught["views"]["user_features"]["rows"] == 1 and online() == 0.123

@@ -7,9 +7,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from pipelines.index.geo import scan_candidates, unit_vectors
-from pipelines.index.geo_store import load_live_index
-from pipelines.index.publish import IndexValidationError, TowerVersionMismatch
+from contracts.geo import unit_vectors
 from pipelines.index.run import (
     build_and_publish_index,
     build_index_version,
@@ -19,6 +17,9 @@ from pipelines.index.run import (
     rollback_index,
     train_content_tower,
 )
+from published.geo_index import scan_candidates
+from published.index_store import load_live_index
+from published.versioned import IndexValidationError, TowerVersionMismatch
 from tests.conftest import make_settings
 from tests.index_synthetic import WORLD_START, live_event_frame, make_world, write_silver
 

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from conf import Settings
-from pipelines.ingest.run import DataContractError, build_silver, ingest_bronze
+from contracts.errors import DataContractError
+from pipelines.ingest.run import build_silver, ingest_bronze
 from tests.conftest import make_settings
 from tests.integration.landing_lines import event, write_lines
 

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from conf import Settings
+from contracts.errors import DataContractError
+from contracts.landing import ENTITIES
 from pipelines.features.jobs import GOLD_KEYS, build_gold
 from pipelines.features.validation import validate_gold
-from pipelines.ingest.run import DataContractError, build_silver, ingest_bronze
-from pipelines.landing_schema import ENTITIES
-from pipelines.simulator import SimulationConfig, SimulationSummary, simulate
+from pipelines.ingest.run import build_silver, ingest_bronze
+from simulator import SimulationConfig, SimulationSummary, simulate
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.integration

@@ -134,8 +134,9 @@ def test_downsampling_without_correction_is_off_by_the_predicted_factor(world: W
 
 def test_a_failed_gate_leaves_the_champion_and_rollback_restores_previous(world: World) -> None:
     from conf.settings import GateSettings
-    from pipelines.training.registry import CHAMPION, PREVIOUS, alias_version, configure, model_name, rollback
+    from pipelines.training.registry import configure, rollback
     from pipelines.training.train import train_head
+    from published.registry import CHAMPION, PREVIOUS, alias_version, model_name
 
     client = configure(world.settings)
     name = model_name(world.settings, "rsvp")
@@ -169,8 +170,8 @@ def test_retraining_from_the_recorded_training_set_gives_the_same_model(world: W
 
 
 def test_the_registered_champion_loads_without_pickle_and_scores_like_training(world: World) -> None:
-    from pipelines.training.registry import load_head
     from pipelines.training.sets import read_training_set
+    from published.registry import load_head
 
     loaded = load_head(world.settings, "attend")
     assert loaded is not None
@@ -183,8 +184,9 @@ def test_the_registered_champion_loads_without_pickle_and_scores_like_training(w
 
 def test_evaluate_sets_the_champion_beside_the_baselines(world: World) -> None:
     from pipelines.training.evaluate import MODELS, evaluate
+    from simulator.truth import GroundTruth
 
-    report = evaluate(world.settings, requests=60)
+    report = evaluate(world.settings, GroundTruth.load(world.settings.home / "simulator"), requests=60)
     models = report["models"]
     assert set(models) == set(MODELS)
     for row in models.values():

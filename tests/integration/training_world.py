@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from conf import Settings
+from pipelines.features.definitions import apply_definitions
 from pipelines.features.jobs import build_gold
-from pipelines.features.store import apply_definitions
 from pipelines.index.run import embed_new_events, train_content_tower
 from pipelines.ingest.run import build_silver, ingest_bronze
-from pipelines.simulator import SimulationConfig, simulate
+from simulator import SimulationConfig, simulate
 
 
 def history_end(config: SimulationConfig) -> datetime:
@@ -69,7 +69,7 @@ class TrainedWorld:
 
 def build_trained_world(settings: Settings) -> TrainedWorld:
     """``CONFIG``'s world with both heads trained and promoted, the index published, features online."""
-    from pipelines.features.store import materialize
+    from pipelines.features.materialize import materialize
     from pipelines.index.run import build_and_publish_index
     from pipelines.training.train import train_head
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serving.bench import run_bench, with_entity_keys
+from bench.bench_serving import run_bench, with_entity_keys
 from serving.synthetic import MARKET, ORGANIZER, make_world
 
 

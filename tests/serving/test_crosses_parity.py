@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
+from features.views import AFFINITY_FEATURES
 from serving import synthetic
 from serving.features import UserRow, _category_affinity, request_crosses, zone_offsets_min
 
@@ -46,18 +47,10 @@ def test_category_affinity_equals_the_feast_view() -> None:
     user = world.users["u00001"]
     rows = np.arange(10, dtype=np.int64)
     categories = [world.snapshot.categories[c] for c in world.snapshot.category_code[rows]]
-    inputs = {"category": categories, **{a: [user.values[a]] * len(rows) for a in synthetic.AFFINITY}}
+    inputs = {"category": categories, **{a: [user.values[a]] * len(rows) for a in AFFINITY_FEATURES}}
     feast_out = view.feature_transformation.transform(inputs)["category_affinity"]
     np.testing.assert_array_equal(
         _category_affinity(world.snapshot, rows, user), np.asarray(feast_out, float)
     )
     assert np.isnan(_category_affinity(world.snapshot, rows, None)).all()
     assert np.isnan(_category_affinity(world.snapshot, rows, UserRow("x", {}))).all()
-
-
-def test_synthetic_feature_lists_are_the_real_services() -> None:
-    from features.services import p_attend_v1, p_rsvp_v1
-    from pipelines.features.store import service_feature_names
-
-    assert service_feature_names(p_rsvp_v1) == synthetic.RSVP_FEATURES
-    assert service_feature_names(p_attend_v1) == synthetic.ATTEND_FEATURES

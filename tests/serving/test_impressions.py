@@ -8,7 +8,7 @@ from collections import Counter
 
 from fastapi.testclient import TestClient
 
-from pipelines.landing_schema import ENTITIES
+from contracts.landing import ENTITIES
 from serving.app import create_app
 from serving.feed import FeedRequest, serve_feed
 from serving.impressions import LandingImpressionLog, MemoryImpressionLog

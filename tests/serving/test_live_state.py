@@ -36,7 +36,7 @@ def live(spark: Any, trained_world: TrainedWorld) -> Live:
     from serving.live import load_serving_state
 
     settings = trained_world.settings
-    return Live(settings, load_serving_state(settings, AS_OF, spark=spark))
+    return Live(settings, load_serving_state(settings, AS_OF))
 
 
 def _silver(spark: Any, settings: Settings, name: str) -> pd.DataFrame:
@@ -148,7 +148,9 @@ def test_an_unknown_user_with_gps_gets_the_cold_start_feed(live: Live) -> None:
 def test_a_champion_on_another_schema_is_refused(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     import serving.live as serving_live
 
-    monkeypatch.setattr(serving_live, "expected_schema_hashes", lambda store: {"p_rsvp_v1": "0" * 64})
+    monkeypatch.setattr(
+        serving_live, "schema_hashes", lambda store, services: {s: "0" * 64 for s in services}
+    )
     with pytest.raises(serving_live.NotPublished, match="schema"):
         serving_live.load_serving_state(live.settings, AS_OF)
 
@@ -158,7 +160,7 @@ def test_turnout_feed_prints_the_response_as_the_last_line(
 ) -> None:
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from cli.main import app
 
     monkeypatch.setenv("TURNOUT_HOME", str(live.settings.home))
     monkeypatch.delenv("TURNOUT_PROFILE", raising=False)
@@ -189,3 +191,18 @@ def test_the_service_follows_a_newly_published_index(live: Live) -> None:
         rollback_index(live.settings)
         state.refresh_index()
     assert state.index_version == before
+
+
+def test_turnout_serve_starts_without_a_jvm_and_answers(live: Live) -> None:
+    """The real command as a process over the published state: it answers /healthz and a feed, and
+    neither it nor anything it started maps a JVM (the same measurement bench_service_startup makes)."""
+    import sys
+    from pathlib import Path
+
+    from bench.bench_service_startup import one_run
+
+    turnout = str(Path(sys.executable).with_name("turnout"))
+    user = _busiest_user(live.state)
+    got = one_run(turnout, live.settings.home, AS_OF.isoformat(), user, timeout_s=300)
+    assert got["feed_status"] == 200
+    assert got["jvm"] is False, got

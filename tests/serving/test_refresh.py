@@ -102,7 +102,7 @@ def test_turnout_feed_asks_a_running_service(world, heads) -> None:
     import uvicorn
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from cli.main import app
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,7 +1,7 @@
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.cli import app
+from cli.main import app
 
 runner = CliRunner()
 

@@ -21,12 +21,12 @@ def _udf(view: Any) -> Any:
     return view.feature_transformation.udf
 
 
-def test_affinity_categories_are_the_landing_contracts() -> None:
-    from features.views import AFFINITY_FEATURES, CATEGORIES
-    from pipelines.landing_schema import CATEGORIES as LANDING
+def test_one_affinity_feature_per_landing_category() -> None:
+    from contracts.landing import CATEGORIES
+    from features.views import AFFINITY_FEATURES, user_features
 
-    assert tuple(CATEGORIES) == tuple(LANDING)
-    assert tuple(f"aff_{c}" for c in LANDING) == AFFINITY_FEATURES
+    assert len(CATEGORIES) == 16 and tuple(f"aff_{c}" for c in CATEGORIES) == AFFINITY_FEATURES
+    assert set(AFFINITY_FEATURES) <= {f.name for f in user_features.features}
 
 
 def test_every_gold_source_is_a_delta_lake_template_with_both_stamps() -> None:
@@ -46,7 +46,7 @@ def test_every_gold_source_is_a_delta_lake_template_with_both_stamps() -> None:
 
 def test_services_are_versioned_per_head_and_collision_free() -> None:
     from features import repo
-    from pipelines.features.store import service_feature_names
+    from published.feature_store import service_feature_names
 
     assert {s.name for s in repo.FEATURE_SERVICES} == {"p_rsvp_v1", "p_attend_v1"}
     for service in repo.FEATURE_SERVICES:
@@ -66,7 +66,7 @@ def test_schema_hash_is_stable_per_service_and_moves_with_a_name_or_a_type() -> 
     from feast.types import Float32
 
     from features import entities, views
-    from pipelines.features.store import schema_hash, service_schema_hash
+    from published.feature_store import schema_hash, service_schema_hash
 
     rsvp, attend = schema_hash("p_rsvp_v1"), schema_hash("p_attend_v1")
     assert rsvp == schema_hash("p_rsvp_v1") and len(rsvp) == 64
@@ -162,7 +162,7 @@ def test_definitions_bind_gold_paths_to_the_profile_lake_without_touching_declar
     tmp_path: Path,
 ) -> None:
     from features import repo
-    from pipelines.features.store import bound_definitions, definitions_hash
+    from pipelines.features.definitions import bound_definitions, definitions_hash
 
     a, b = make_settings(tmp_path / "a"), make_settings(tmp_path / "b")
     bound = bound_definitions(a)
@@ -179,7 +179,7 @@ def test_definitions_bind_gold_paths_to_the_profile_lake_without_touching_declar
 def test_feature_store_yaml_comes_from_conf(tmp_path: Path, profile: str, online_type: str) -> None:
     from feast import RepoConfig
 
-    from pipelines.features.store import write_feature_store_yaml
+    from pipelines.feast_store import write_feature_store_yaml
 
     settings = load_settings(profile, home=tmp_path, environ={})
     path = write_feature_store_yaml(settings)

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from pipelines.landing_schema import ENTITIES, render_markdown
+from contracts.landing import ENTITIES, render_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "landing-schema.md"
 

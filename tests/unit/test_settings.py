@@ -51,12 +51,17 @@ def test_unknown_profile_lists_the_known_ones(tmp_path: Path) -> None:
 
 
 def test_our_generic_package_names_resolve_inside_this_repository() -> None:
+    import bench
+    import cli
     import conf
+    import contracts
     import features
     import models
     import pipelines
+    import published
     import serving
+    import simulator
 
-    for module in (conf, features, models, pipelines, serving):
+    for module in (bench, cli, conf, contracts, features, models, pipelines, published, serving, simulator):
         assert module.__file__ is not None
         assert Path(module.__file__).resolve().is_relative_to(REPO), module.__file__

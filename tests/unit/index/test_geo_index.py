@@ -12,16 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.index.geo import (
-    GeoIndex,
-    GeoParams,
-    build_geo_index,
-    check_structure,
-    haversine_km,
-    scan_candidates,
-    to_micros,
-    unit_vectors,
-)
+from contracts.geo import haversine_km, unit_vectors
+from contracts.instants import to_micros
+from published.geo_index import GeoIndex, GeoParams, build_geo_index, check_structure, scan_candidates
 from tests.index_synthetic import random_events
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -228,7 +221,7 @@ def test_structure_check_catches_corruption(world: tuple[pd.DataFrame, GeoIndex]
 def test_instants_are_normalized_to_plain_utc_datetimes() -> None:
     import pendulum
 
-    from pipelines.index.geo import as_utc
+    from contracts.instants import as_utc
 
     t = pendulum.datetime(2026, 11, 1, 7, 30, 0, tz="America/New_York")
     u = as_utc(t)

@@ -14,7 +14,8 @@ import h3
 import numpy as np
 import pytest
 
-from pipelines.index.geo import EARTH_RADIUS_KM, SMALL_CELL_AREA_KM2, GeoParams
+from contracts.geo import EARTH_RADIUS_KM
+from published.geo_index import SMALL_CELL_AREA_KM2, GeoParams
 
 RADIUS_KM = 40.23
 BEARINGS = np.arange(0.0, 360.0, 0.5)  # 0.35 km apart on the circle: far finer than a 8 km cell

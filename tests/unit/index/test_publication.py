@@ -14,17 +14,18 @@ import pandas as pd
 import pytest
 
 from conf import Settings
-from pipelines.index import publish as publish_mod
-from pipelines.index.geo import GeoParams, build_geo_index
-from pipelines.index.geo_store import ids_digest, load_live_index, read_geo_index, write_geo_index
-from pipelines.index.publish import (
+from pipelines.index.run import publish_index_version, rollback_index
+from published import versioned as publish_mod
+from published.catalog import Catalog, write_catalog
+from published.geo_index import GeoParams, build_geo_index
+from published.index_store import geo_store, ids_digest, load_live_index, read_geo_index, write_geo_index
+from published.tower import tower_store
+from published.versioned import (
     IndexValidationError,
     PublicationError,
     TowerVersionMismatch,
     VersionedStore,
 )
-from pipelines.index.run import geo_store, publish_index_version, rollback_index
-from pipelines.index.tower import tower_store
 from tests.index_synthetic import random_events
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -55,7 +56,43 @@ def stage_index(
     with store.locked():
         version = store.next_numbered_version()
         store.stage(version, write)
+    # The catalog the build stages beside it, under the same version (published.catalog).
+    VersionedStore(store.root.parent / "catalog").stage(
+        version, lambda f: write_catalog(f, catalog_of(events, now))
+    )
     return version
+
+
+def catalog_of(events: pd.DataFrame, now: datetime) -> Catalog:
+    """A catalog listing ``events`` (what the index job publishes for serving, minus Spark)."""
+    n = len(events)
+    listed = pd.DataFrame(
+        {
+            "event_id": events["event_id"].astype(str),
+            "organizer_id": "o1",
+            "venue_id": "v1",
+            "series_id": None,
+            "category": "music",
+            "timezone": "Europe/Berlin",
+            "metro": "berlin",
+            "venue_lat": events["lat"],
+            "venue_lng": events["lng"],
+            "start_ts": events["start_us"] / 1e6,
+            "created_ts": now.timestamp() - 3600,
+            "capacity": pd.array([100] * n, dtype="Int64"),
+            "rsvps_so_far": 0,
+        }
+    )
+    empty = pd.DataFrame({"user_id": pd.Series([], dtype=str), "event_id": pd.Series([], dtype=str)})
+    return Catalog(
+        as_of=now,
+        events=listed,
+        rsvps=empty,
+        friendships=empty.rename(columns={"event_id": "friend_id"}),
+        capacity=listed[["event_id", "capacity"]].assign(seats_taken=0),
+        cancellations=listed[["event_id"]].iloc[:0],
+        users=pd.DataFrame({"user_id": ["u1"], "metro": ["berlin"], "home_lat": [52.5], "home_lng": [13.4]}),
+    )
 
 
 def publish_tower(settings: Settings, version: str) -> None:
@@ -104,14 +141,18 @@ def test_a_crash_between_build_and_switch_leaves_the_live_index_intact(settings:
         f"""
         import os
         from datetime import datetime, UTC
-        from pipelines.index import publish
+        from published import versioned
         from pipelines.index.run import publish_index_version
         from tests.conftest import make_settings
 
-        def die(src, dst):  # the temp pointer is written and fsynced; the rename never happens
-            os._exit(9)
+        replace = os.replace
 
-        publish.os.replace = die
+        def die(src, dst):  # the temp index pointer is written and fsynced; the rename never happens
+            if "/geo/" in str(dst):
+                os._exit(9)
+            replace(src, dst)
+
+        versioned.os.replace = die
         now = datetime.fromisoformat({NOW.isoformat()!r})
         publish_index_version(make_settings({str(settings.home)!r}), {v2!r}, now)
         """

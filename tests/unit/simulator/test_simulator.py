@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.landing_schema import ENTITIES, LandingEntity
-from pipelines.simulator import GroundTruth, SimulationConfig, SimulationSummary, simulate
+from contracts.landing import ENTITIES, LandingEntity
+from simulator import GroundTruth, SimulationConfig, SimulationSummary, simulate
 
 DEMO = SimulationConfig()
 SMALL = SimulationConfig(users=300, days=5)

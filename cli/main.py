@@ -20,9 +20,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from cli import render
 from conf import Settings, load_settings
+from contracts.instants import parse_instant
 
 app = typer.Typer(
     help="turnout: recommend the local events people will actually attend.",
@@ -40,14 +41,49 @@ Profile = Annotated[
 
 
 def _settings(profile: str | None) -> Settings:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """The settings, with every log line (ours, Feast's, Spark's, Python warnings) going to
+    ``$TURNOUT_HOME/logs/turnout.log`` and only warnings and errors of turnout's own to the
+    console, so progress bars and summary tables are what a person sees."""
+    settings = load_settings(profile)
+    configure_logging(settings.home / "logs")
+    return settings
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (a test runner swaps it per command)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
+def configure_logging(folder: Path) -> Path:
+    """Route logging for one command: the file gets everything, the console only our warnings."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "turnout.log"
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "_turnout", False)]:
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(logging.INFO)
+    to_file = logging.FileHandler(path)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    to_console = _Stderr()
+    to_console.setLevel(logging.WARNING)
+    ours = ("cli", "conf", "contracts", "features", "models", "pipelines", "published", "serving", "simulator")
+    to_console.addFilter(lambda r: r.name.split(".")[0] in ours)
+    to_console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    for handler in (to_file, to_console):
+        setattr(handler, "_turnout", True)  # noqa: B010  # marks ours, so a second command replaces them
+        root.addHandler(handler)
+    logging.captureWarnings(True)  # experimental-module warnings from Feast and friends: to the file
     for noisy in ("great_expectations", "py4j", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return load_settings(profile)
+    return path
 
 
 @contextmanager
@@ -72,10 +108,10 @@ def _progress(description: str) -> Any:
 def _parse_instant(value: str | None) -> datetime | None:
     if value is None:
         return None
-    t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if t.tzinfo is None:
-        raise typer.BadParameter(f"{value!r} has no UTC offset; write e.g. 2026-11-01T13:00Z")
-    return t.astimezone(UTC)
+    try:
+        return parse_instant(value)
+    except ValueError as e:
+        raise typer.BadParameter(f"{e} (e.g. 2026-11-01T13:00Z)") from e
 
 
 def _new_run_id() -> str:
@@ -97,8 +133,8 @@ def simulate(
     profile: Profile = None,
 ) -> None:
     """Generate a platform history into the landing zone (and its hidden ground truth)."""
-    from pipelines.simulator.config import SimulationConfig
-    from pipelines.simulator.run import simulate as run_simulation
+    from simulator.config import SimulationConfig
+    from simulator.run import simulate as run_simulation
 
     settings = _settings(profile)
     config = SimulationConfig(users=users, days=days, seed=seed)
@@ -109,15 +145,7 @@ def simulate(
             config, landing, settings.home / "simulator", progress=progress, overwrite=overwrite
         )
     data = summary.to_dict()
-    table = Table(title=f"landing files written to {landing} in {time.perf_counter() - t0:.1f}s")
-    for col in ("entity", "records", "lines written", "duplicates", "late", "malformed"):
-        table.add_column(col, justify="left" if col == "entity" else "right")
-    for name, e in data["entities"].items():
-        table.add_row(
-            name,
-            *(str(e[k]) for k in ("generated", "lines_written", "duplicates", "late", "malformed_total")),
-        )
-    err.print(table)
+    err.print(render.simulation(data, str(landing), time.perf_counter() - t0))
     _emit(data, as_json)
 
 
@@ -132,7 +160,8 @@ def ingest(
     profile: Profile = None,
 ) -> None:
     """Landing -> bronze -> silver for the files delivered in [start, end)."""
-    from pipelines.ingest.run import DataContractError, build_silver, ingest_bronze
+    from contracts.errors import DataContractError
+    from pipelines.ingest.run import build_silver, ingest_bronze
 
     settings = _settings(profile)
     run_id = run_id or _new_run_id()
@@ -144,15 +173,7 @@ def ingest(
     except DataContractError as e:
         err.print(f"[red]data contract failed[/red]: {e}")
         raise typer.Exit(2) from e
-    table = Table(title=f"ingest {run_id}: bronze counts (read = written + deduplicated + quarantined)")
-    for col in ("table", "read", "written", "deduplicated", "quarantined", "silver rows"):
-        table.add_column(col, justify="left" if col == "table" else "right")
-    for name, c in bronze["tables"].items():
-        rows = silver["tables"].get(name, {}).get("rows", 0)
-        table.add_row(
-            name, *(str(c[k]) for k in ("read", "written", "deduplicated", "quarantined")), str(rows)
-        )
-    err.print(table)
+    err.print(render.ingestion(run_id, bronze, silver))
     _emit({"run_id": run_id, "tables": bronze["tables"], "silver": silver["tables"]}, as_json)
 
 
@@ -167,10 +188,11 @@ def features(
     profile: Profile = None,
 ) -> None:
     """Silver -> gold feature tables, validated, then `feast apply` when the definitions changed."""
+    from contracts.errors import DataContractError
+    from pipelines.feast_store import write_feature_store_yaml
+    from pipelines.features.definitions import apply_definitions
     from pipelines.features.jobs import build_gold
-    from pipelines.features.store import apply_definitions, write_feature_store_yaml
     from pipelines.features.validation import validate_gold
-    from pipelines.ingest.run import DataContractError
 
     settings = _settings(profile)
     run_id = run_id or _new_run_id()
@@ -184,22 +206,7 @@ def features(
         raise typer.Exit(2) from e
     report["apply"] = apply_definitions(settings)
     report["feature_store_yaml"] = str(write_feature_store_yaml(settings))
-    table = Table(title=f"gold feature tables, run {run_id}")
-    for col in ("table", "inserted", "updated", "deleted"):
-        table.add_column(col, justify="left" if col == "table" else "right")
-    for name, c in report["tables"].items():
-        table.add_row(name, str(c["inserted"]), str(c["updated"]), str(c["deleted"]))
-    err.print(table)
-    err.print("fitted pseudocounts: " + ", ".join(f"{k}={v:.1f}" for k, v in report["pseudocounts"].items()))
-    applied = report["apply"]
-    err.print(
-        f"validation passed for {len(report['validation']['tables'])} gold tables; feast apply: "
-        + (
-            "applied " + ", ".join(applied["added"] + applied["changed"])
-            if applied["applied"]
-            else "unchanged"
-        )
-    )
+    err.print(render.gold(report))
     _emit(report, as_json)
 
 
@@ -212,18 +219,11 @@ def materialize(
     profile: Profile = None,
 ) -> None:
     """Incrementally materialize every feature view to the online store, never moving backwards."""
-    from pipelines.features.store import materialize as run_materialize
+    from pipelines.features.materialize import materialize as run_materialize
 
     settings = _settings(profile)
     report = run_materialize(settings, _parse_instant(end) or datetime.now(UTC))
-    table = Table(title=f"materialized to {settings.feast.online_store.get('type')} up to {report['end']}")
-    for col in ("view", "status", "from", "to", "rows", "rows/s"):
-        table.add_column(col, justify="left" if col in ("view", "status", "from", "to") else "right")
-    for name, v in report["views"].items():
-        table.add_row(
-            name, v["status"], str(v["start"]), str(v["end"]), str(v["rows"]), f"{v['rows_per_s'] or 0:,.0f}"
-        )
-    err.print(table)
+    err.print(render.materialization(report, str(settings.feast.online_store.get("type"))))
     _emit(report, as_json)
 
 
@@ -254,8 +254,8 @@ def index(
     profile: Profile = None,
 ) -> None:
     """Embed new events, build the H3 geo-time index beside the live one, validate, publish atomically."""
-    from pipelines.index.publish import PublicationError
     from pipelines.index.run import build_and_publish_index, embed_new_events, rollback_index
+    from published.versioned import PublicationError
 
     settings = _settings(profile)
     try:
@@ -299,17 +299,7 @@ def train(
     at = None if training_set_version is not None else (_parse_instant(now) or datetime.now(UTC))
     with _progress(f"train p_{head}") as progress:
         report = train_head(settings, head, at, training_set_version, progress=progress)
-    m = report["metrics"]
-    table = Table(title=f"p_{head}: run {report['run_id']}, model version {report['version']}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in sorted(m):
-        table.add_row(key, "-" if m[key] is None else f"{m[key]:.4f}")
-    err.print(table)
-    colour = "green" if report["promoted"] else "yellow"
-    err.print(
-        f"[{colour}]{'promoted to champion' if report['promoted'] else 'not promoted'}[/{colour}]: {report['reason']}"
-    )
+    err.print(render.training(head, report))
     _emit(report, as_json)
 
 
@@ -321,27 +311,19 @@ def evaluate(
 ) -> None:
     """The champion beside popularity, RSVP-only, random and the simulator's oracle, on the same requests."""
     from pipelines.training.evaluate import evaluate as run_evaluate
+    from simulator.truth import GroundTruth
 
     settings = _settings(profile)
+    truth_root = settings.home / "simulator"
+    if not (truth_root / "params.json").exists():
+        err.print(
+            f"[red]no simulator ground truth at {truth_root}[/red]: expected attendance needs a simulated "
+            "history (`turnout simulate`); real traffic is graded by the online experiment instead"
+        )
+        raise typer.Exit(2)
     with _progress("evaluate") as progress:
-        report = run_evaluate(settings, requests=requests, progress=progress)
-    columns = (
-        "ndcg_at_25",
-        "expected_attendance_at_25",
-        "expected_rsvps_at_25",
-        "ece",
-        "recall_at_25_random_slot",
-    )
-    table = Table(
-        title=f"{report['requests']} test requests, {report['candidates_per_request']:.0f} live candidates each "
-        f"(champions rsvp v{report['champion_versions']['rsvp']}, attend v{report['champion_versions']['attend']})"
-    )
-    table.add_column("model")
-    for col in columns:
-        table.add_column(col, justify="right")
-    for name, row in report["models"].items():
-        table.add_row(name, *("-" if row.get(c) is None else f"{row[c]:.4f}" for c in columns))
-    err.print(table)
+        report = run_evaluate(settings, GroundTruth.load(truth_root), requests=requests, progress=progress)
+    err.print(render.evaluation(report))
     _emit(report, as_json)
 
 
@@ -363,7 +345,7 @@ def rollback(head: Head, as_json: JsonFlag = False, profile: Profile = None) -> 
 @app.command()
 def schema() -> None:
     """Print the landing schema as Markdown (the source of docs/landing-schema.md)."""
-    from pipelines.landing_schema import render_markdown
+    from contracts.landing import render_markdown
 
     out.print(render_markdown(), markup=False, highlight=False, soft_wrap=True)
 
@@ -474,12 +456,18 @@ def feed(
     The same request path as GET /v1/feed (or, with --server, that endpoint itself); its
     impressions are appended to the landing zone.
     """
-    from serving.app import FeedOut
+    from dataclasses import asdict
+
+    from cli.client import ServiceError, fetch_feed
 
     if (lat is None) != (lng is None):
         raise typer.BadParameter("give both --lat and --lng, or neither (to use the user's home)")
     if server is not None:
-        body = _feed_from_server(server, wait, user_id, now, lat, lng)
+        try:
+            result = fetch_feed(server, wait, {"user_id": user_id, "now": now, "lat": lat, "lng": lng})
+        except ServiceError as e:
+            err.print(f"[red]{e}[/red]")
+            raise typer.Exit(2) from e
     else:
         from serving.feed import FeedRequest, NoLocation, serve_feed
 
@@ -491,79 +479,8 @@ def feed(
         except NoLocation as e:
             err.print(f"[red]no feed[/red]: {e}")
             raise typer.Exit(2) from e
-        body = FeedOut.model_validate(result, from_attributes=True)
-    _print_feed(body)
-    _emit(body.model_dump(), as_json)
-
-
-def _feed_from_server(
-    server: str, wait_s: float, user_id: str, now: str | None, lat: float | None, lng: float | None
-) -> Any:
-    """GET /v1/feed from a running service (after waiting for its /healthz); 4xx bodies are shown."""
-    import httpx
-
-    from serving.app import FeedOut
-
-    base = server.rstrip("/")
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            httpx.get(f"{base}/healthz", timeout=5).raise_for_status()
-            break
-        except httpx.HTTPError as e:
-            if time.monotonic() >= deadline:
-                err.print(f"[red]no service at {base}[/red]: {e}")
-                raise typer.Exit(2) from e
-            time.sleep(1)
-    params: dict[str, Any] = {"user_id": user_id}
-    params.update({k: v for k, v in (("now", now), ("lat", lat), ("lng", lng)) if v is not None})
-    response = httpx.get(f"{base}/v1/feed", params=params, timeout=30)
-    if response.status_code != 200:
-        err.print(f"[red]no feed ({response.status_code})[/red]: {response.text}")
-        raise typer.Exit(2)
-    return FeedOut.model_validate(response.json())
-
-
-def _print_feed(result: Any) -> None:
-    """A feed response (``FeedOut``) as a table on stderr."""
-    table = Table(
-        title=f"feed for {result.user_id} as of {result.served_at}: {result.served_by}, "
-        f"model {result.model_version}, {result.candidates} candidates, {result.eligible} eligible, "
-        f"{result.stages_ms['total']:.0f} ms"
-    )
-    for col in (
-        "#",
-        "event",
-        "category",
-        "organizer",
-        "starts (venue time)",
-        "km",
-        "friends",
-        "P(attend)",
-        "P(rsvp)",
-    ):
-        table.add_column(
-            col,
-            justify="left" if col in ("event", "category", "organizer", "starts (venue time)") else "right",
-        )
-    for item in result.events:
-        table.add_row(
-            f"{item.position}{'*' if item.is_exploration else ''}",
-            item.event_id,
-            item.category,
-            item.organizer_id,
-            item.starts_at_local,
-            f"{item.distance_km:.1f}",
-            str(item.friends_going),
-            "-" if item.score is None else f"{item.score:.3f}",
-            "-" if item.p_rsvp is None else f"{item.p_rsvp:.3f}",
-        )
-    err.print(table)
-    if result.events and result.events[-1].is_exploration:
-        err.print(f"* exploration slot ({result.events[-1].exploration_kind})")
-    err.print(
-        f"near you this weekend: {', '.join(e.event_id for e in result.near_you_this_weekend) or 'nothing'}"
-    )
+    err.print(render.feed(result))
+    _emit(asdict(result), as_json)
 
 
 @app.command("bench-serving")
@@ -592,7 +509,7 @@ def bench_serving(
 ) -> None:
     """Time feed requests on a dense synthetic metro, per stage, beside stock LightGBM full scoring
     and the Feast SDK read path on the same requests."""
-    from serving.bench import run_bench, summary_lines, table_rows
+    from bench.bench_serving import run_bench, summary_lines, table_rows
 
     cache = None if no_compile else _settings(profile).home / "cache" / "compiled"
     report = run_bench(
@@ -602,14 +519,7 @@ def bench_serving(
         progress=err.print,
         compiled_cache=cache,
     )
-    table = Table(title=f"{report['requests']} feed requests, candidates p50 {report['candidates_p50']:,}")
-    for col in ("stage", "p50 ms", "p99 ms", "p50 ms, LightGBM predictor", "p99 ms, LightGBM predictor"):
-        table.add_column(col, justify="left" if col == "stage" else "right")
-    for row in table_rows(report):
-        table.add_row(*(cell.replace("**", "") for cell in row))
-    err.print(table)
-    for line in summary_lines(report):
-        err.print(line)
+    err.print(render.serving_bench(report, table_rows(report), summary_lines(report)))
     _emit(report, as_json)
 
 

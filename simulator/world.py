@@ -14,9 +14,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pipelines.landing_schema import CATEGORIES, RECURRENCES
-from pipelines.simulator.clock import DAY, HOUR, dst_transitions, localize, to_local
-from pipelines.simulator.config import METROS, SimulationConfig
+from contracts.landing import CATEGORIES, RECURRENCES
+from simulator.clock import DAY, HOUR, dst_transitions, localize, to_local
+from simulator.config import METROS, SimulationConfig
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,15 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from pipelines.index.geo import GeoIndex, GeoParams, check_structure, from_micros
-from pipelines.index.publish import (
+from conf import Settings
+from contracts.instants import from_micros
+from published.geo_index import GeoIndex, GeoParams, check_structure
+from published.versioned import (
     PublicationError,
     TowerVersionMismatch,
     VersionedStore,
+    check_manifest,
+    local_root,
     sha256_file,
 )
 
@@ -45,6 +49,11 @@ ARRAYS: Final = (
 # Below this many events in the live index the size check is skipped: a near-empty baseline
 # (first builds, a fresh demo) says nothing about what size the next one should be.
 MIN_SIZE_BASELINE: Final = 100
+
+
+def geo_store(settings: Settings) -> VersionedStore:
+    """Where the geo index's versions and pointer live (``<index root>/geo``)."""
+    return VersionedStore(local_root(settings.index.root) / "geo")
 
 
 def ids_digest(ids: npt.ArrayLike) -> str:
@@ -82,12 +91,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 def read_geo_index(folder: Path, verify: bool = True) -> tuple[GeoIndex, dict[str, Any]]:
     """Open a stored index; ``verify`` re-hashes every file against the manifest first."""
     manifest = read_manifest(folder)
-    if manifest.get("format") != FORMAT:
-        raise PublicationError(f"{folder}: index format {manifest.get('format')}, this code reads {FORMAT}")
-    if verify:
-        bad = [n for n in ARRAYS if sha256_file(folder / f"{n}.npy") != manifest["files"][n]]
-        if bad:
-            raise PublicationError(f"{folder}: checksum mismatch in {bad}")
+    check_manifest(folder, manifest, "index", FORMAT, {n: f"{n}.npy" for n in ARRAYS} if verify else {})
     arrays = {n: np.load(folder / f"{n}.npy", mmap_mode="r", allow_pickle=False) for n in ARRAYS}
     index = GeoIndex(
         params=GeoParams(**manifest["params"]), built_at_us=int(manifest["built_at_us"]), **arrays

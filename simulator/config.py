@@ -43,10 +43,8 @@ METROS: dict[str, Metro] = {
     )
 }
 
-# Upper edges of the design's distance bands in miles: 0-2 / 2-5 / 5-10 / 10-20 / 20-40 / 40+.
-DISTANCE_BAND_EDGES_MILES: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0, 40.0)
+# The design's distance bands (contracts.geo): 0-2 / 2-5 / 5-10 / 10-20 / 20-40 / 40+ miles.
 DISTANCE_BAND_LABELS: tuple[str, ...] = ("0-2", "2-5", "5-10", "10-20", "20-40", "40+")
-KM_PER_MILE = 1.609344
 # No p_rsvp may exceed this, so the friend lift is never flattened by a clip.
 P_RSVP_CEILING = 0.75
 

@@ -22,31 +22,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from pipelines.simulator.config import DISTANCE_BAND_EDGES_MILES, KM_PER_MILE
+from contracts.geo import distance_band
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-EARTH_RADIUS_KM = 6371.0088
-_BAND_EDGES_KM = np.asarray(DISTANCE_BAND_EDGES_MILES) * KM_PER_MILE
-
-
-def haversine_km(
-    lat1: npt.ArrayLike, lng1: npt.ArrayLike, lat2: npt.ArrayLike, lng2: npt.ArrayLike
-) -> FloatArray:
-    """Great-circle distance in km (broadcasts)."""
-    p1, p2 = np.radians(lat1), np.radians(lat2)
-    dphi = p2 - p1
-    dlmb = np.radians(np.asarray(lng2) - np.asarray(lng1))
-    a = np.sin(dphi / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dlmb / 2) ** 2
-    out: FloatArray = 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
-    return out
-
-
-def distance_band(km: npt.ArrayLike) -> IntArray:
-    """Band index 0..5 for 0-2 / 2-5 / 5-10 / 10-20 / 20-40 / 40+ miles."""
-    out: IntArray = np.searchsorted(_BAND_EDGES_KM, np.asarray(km), side="right").astype(np.int64)
-    return out
 
 
 def friend_lift(friends_going: npt.ArrayLike, lifts: tuple[float, ...]) -> FloatArray:

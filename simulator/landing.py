@@ -13,10 +13,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pipelines.landing_schema import ATTENDANCE_SOURCES, CATEGORIES, ENTITIES, EXPLORATION_KINDS, SURFACES
-from pipelines.simulator.activity import Activity
-from pipelines.simulator.clock import iso_instants, iso_local
-from pipelines.simulator.world import World, make_ids
+from contracts.landing import ATTENDANCE_SOURCES, CATEGORIES, ENTITIES, EXPLORATION_KINDS, SURFACES
+from simulator.activity import Activity
+from simulator.clock import iso_instants, iso_local
+from simulator.world import World, make_ids
 
 IntArray = npt.NDArray[np.int64]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +30,19 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pipelines.landing_schema import CATEGORIES
-from pipelines.simulator.activity import Activity
-from pipelines.simulator.clock import DAY, index_seconds, iso_local
-from pipelines.simulator.config import (
-    DISTANCE_BAND_EDGES_MILES,
-    DISTANCE_BAND_LABELS,
-    SimulationConfig,
-)
-from pipelines.simulator.landing import Ids
-from pipelines.simulator.model import (
+from contracts.geo import DISTANCE_BAND_EDGES_MILES, haversine_km
+from contracts.instants import parse_instant
+from contracts.landing import CATEGORIES
+from simulator.activity import Activity
+from simulator.clock import DAY, index_seconds, iso_local
+from simulator.config import DISTANCE_BAND_LABELS, SimulationConfig
+from simulator.landing import Ids
+from simulator.model import (
     apply_friend_lift,
     attend_probability,
-    haversine_km,
     rsvp_probability_without_friends,
 )
-from pipelines.simulator.world import World
+from simulator.world import World
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -346,7 +343,7 @@ def _seconds(values: pd.Series) -> IntArray:
 
 def _config_from_dict(values: dict[str, Any]) -> SimulationConfig:
     kwargs = dict(values)
-    start = datetime.fromisoformat(str(kwargs["start"]).replace("Z", "+00:00"))
+    start = parse_instant(str(kwargs["start"]))
     kwargs["start"] = start.astimezone(UTC)
     for key, value in list(kwargs.items()):
         if isinstance(value, list):

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.simulator.activity import Activity, simulate_activity
-from pipelines.simulator.clock import HOUR, iso_instants
-from pipelines.simulator.config import SimulationConfig
-from pipelines.simulator.delivery import clear_landing, plan_delivery, write_delivery
-from pipelines.simulator.landing import landing_tables, make_id_table
-from pipelines.simulator.truth import write_truth
-from pipelines.simulator.world import World, build_world
+from simulator.activity import Activity, simulate_activity
+from simulator.clock import HOUR, iso_instants
+from simulator.config import SimulationConfig
+from simulator.delivery import clear_landing, plan_delivery, write_delivery
+from simulator.landing import landing_tables, make_id_table
+from simulator.truth import write_truth
+from simulator.world import World, build_world
 
 log = logging.getLogger(__name__)
 

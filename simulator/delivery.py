@@ -27,10 +27,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pipelines.landing_schema import ENTITIES, LandingEntity, LandingField, delivered_partition
-from pipelines.simulator.clock import DAY, HOUR, dst_transitions, iso_instants, iso_local
-from pipelines.simulator.config import SimulationConfig
-from pipelines.simulator.landing import LandingTable
+from contracts.landing import ENTITIES, LandingEntity, LandingField, delivered_partition
+from simulator.clock import DAY, HOUR, dst_transitions, iso_instants, iso_local
+from simulator.config import SimulationConfig
+from simulator.landing import LandingTable
 
 log = logging.getLogger(__name__)
 

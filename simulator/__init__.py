@@ -1,13 +1,13 @@
 """A seeded simulator of the event platform: landing files plus the hidden ground truth.
 
 ``simulate(SimulationConfig(), landing_root, truth_root)`` writes the landing contract of
-``pipelines.landing_schema`` (with duplicates, late and malformed lines) and a parquet ground
+``contracts.landing`` (with duplicates, late and malformed lines) and a parquet ground
 truth that ``GroundTruth.load`` reads back for evaluation.
 """
 
-from pipelines.simulator.config import METROS, SimulationConfig
-from pipelines.simulator.run import EntitySummary, SimulationSummary, read_manifest, simulate
-from pipelines.simulator.truth import GroundTruth
+from simulator.config import METROS, SimulationConfig
+from simulator.run import EntitySummary, SimulationSummary, read_manifest, simulate
+from simulator.truth import GroundTruth
 
 __all__ = [
     "METROS",

@@ -283,7 +283,7 @@ def render_markdown() -> str:
     lines = [
         "# Landing schema",
         "",
-        "Generated from `pipelines/landing_schema.py` (`turnout schema > docs/landing-schema.md`).",
+        "Generated from `contracts/landing.py` (`turnout schema > docs/landing-schema.md`).",
         "",
         (__doc__ or "").strip(),
         "",

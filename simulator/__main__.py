@@ -1,4 +1,4 @@
-"""``python -m pipelines.simulator LANDING TRUTH [--users N --days D --seed S]`` for quick runs.
+"""``python -m simulator LANDING TRUTH [--users N --days D --seed S]`` for quick runs.
 
 The project CLI owns the user-facing command; this is a thin developer entry point that prints
 the manifest totals and the behaviour facts.
@@ -12,12 +12,12 @@ import logging
 import time
 from pathlib import Path
 
-from pipelines.simulator.config import SimulationConfig
-from pipelines.simulator.run import simulate
+from simulator.config import SimulationConfig
+from simulator.run import simulate
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.simulator")
+    parser = argparse.ArgumentParser(prog="python -m simulator")
     parser.add_argument("landing_root", type=Path)
     parser.add_argument("truth_root", type=Path)
     parser.add_argument("--users", type=int, default=SimulationConfig.users)

@@ -24,14 +24,16 @@ per-element results that depend on how a SIMD library splits the array.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 import h3
 import numpy as np
 import numpy.typing as npt
+
+from contracts.geo import chord_sq, chord_sq_limit, chord_sq_to_km, unit_vectors
+from contracts.instants import MICROS_PER_SECOND, from_micros, to_micros
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,10 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Mean earth radius (IUGG). H3 uses 6371.007180918475 km; the difference (0.0005 %) is far below
-# the slack the ring size leaves (47.6 km guaranteed vs 40.23 km asked).
-EARTH_RADIUS_KM: Final = 6371.0088
-MICROS_PER_SECOND: Final = 1_000_000
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -100,65 +98,7 @@ class GeoParams:
     @property
     def chord_limit_sq(self) -> float:
         """Squared chord length of a ``radius_km`` arc on the unit sphere."""
-        return (2.0 * math.sin(self.radius_km / (2.0 * EARTH_RADIUS_KM))) ** 2
-
-
-def to_micros(t: datetime) -> int:
-    """A tz-aware instant as integer microseconds since the epoch (UTC); naive input is refused."""
-    if t.tzinfo is None:
-        raise ValueError(f"{t!r} is a naive datetime; instants must carry a UTC offset")
-    delta = t.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * MICROS_PER_SECOND + delta.microseconds
-
-
-def as_utc(t: datetime) -> datetime:
-    """``t`` as a plain ``datetime`` in UTC; naive input is refused.
-
-    Airflow hands tasks pendulum ``DateTime`` objects (a ``datetime`` subclass), and Spark's
-    schema check rejects anything but the exact ``datetime`` type, so jobs normalize once here.
-    """
-    if t.tzinfo is None:
-        raise ValueError(f"{t!r} is a naive datetime; instants must carry a UTC offset")
-    u = t.astimezone(UTC)
-    return datetime(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond, tzinfo=UTC)
-
-
-def from_micros(us: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(us))
-
-
-def unit_vectors(lat: npt.ArrayLike, lng: npt.ArrayLike) -> F64:
-    """(N, 3) unit vectors for latitude/longitude in degrees."""
-    la = np.radians(np.asarray(lat, dtype=np.float64))
-    lo = np.radians(np.asarray(lng, dtype=np.float64))
-    cos_la = np.cos(la)
-    return np.stack([cos_la * np.cos(lo), cos_la * np.sin(lo), np.sin(la)], axis=1)
-
-
-def chord_sq(xyz: F64, point: F64) -> F64:
-    """Squared chord between each row of ``xyz`` and one unit vector: three multiply-adds per row."""
-    dx = xyz[:, 0] - point[0]
-    dy = xyz[:, 1] - point[1]
-    dz = xyz[:, 2] - point[2]
-    out: F64 = dx * dx + dy * dy + dz * dz
-    return out
-
-
-def chord_sq_to_km(c2: F64) -> F64:
-    """Great-circle distance in km from a squared chord on the unit sphere."""
-    half = np.sqrt(np.clip(c2, 0.0, 4.0)) / 2.0
-    out: F64 = 2.0 * EARTH_RADIUS_KM * np.arcsin(np.clip(half, 0.0, 1.0))
-    return out
-
-
-def haversine_km(lat1: float, lng1: float, lat2: npt.ArrayLike, lng2: npt.ArrayLike) -> F64:
-    """Textbook haversine distance in km (for reports and independent checks, not the predicate)."""
-    p1, l1 = math.radians(lat1), math.radians(lng1)
-    p2 = np.radians(np.asarray(lat2, dtype=np.float64))
-    l2 = np.radians(np.asarray(lng2, dtype=np.float64))
-    a = np.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * np.cos(p2) * np.sin((l2 - l1) / 2) ** 2
-    out: F64 = 2.0 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
-    return out
+        return chord_sq_limit(self.radius_km)
 
 
 def latlng_to_cells(lat: npt.ArrayLike, lng: npt.ArrayLike, resolution: int) -> I64:

@@ -18,15 +18,15 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pipelines.simulator.clock import DAY, HOUR, utc_offsets
-from pipelines.simulator.config import METROS, SimulationConfig
-from pipelines.simulator.model import (
+from contracts.geo import haversine_km
+from simulator.clock import DAY, HOUR, utc_offsets
+from simulator.config import METROS, SimulationConfig
+from simulator.model import (
     apply_friend_lift,
     attend_probability,
-    haversine_km,
     rsvp_probability_without_friends,
 )
-from pipelines.simulator.world import World
+from simulator.world import World
 
 log = logging.getLogger(__name__)
 

@@ -73,6 +73,18 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def check_manifest(
+    folder: Path, manifest: dict[str, Any], kind: str, fmt: int, files: dict[str, str]
+) -> None:
+    """Refuse a version written in another format, or whose files differ from the manifest's
+    checksums (``files`` maps each name in the manifest to its file name in ``folder``)."""
+    if manifest.get("format") != fmt:
+        raise PublicationError(f"{folder}: {kind} format {manifest.get('format')}, this code reads {fmt}")
+    bad = [name for name, file in files.items() if sha256_file(folder / file) != manifest["files"][name]]
+    if bad:
+        raise PublicationError(f"{folder}: checksum mismatch in {bad}")
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -1,0 +1,1 @@
+"""The ``turnout`` command: wires every layer (``main``), renders results for people (``render``)."""

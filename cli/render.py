@@ -1,0 +1,165 @@
+"""How the ``turnout`` commands show their results to people: rich tables, one function per report.
+
+Each takes the JSON-able report a job returned (the same dict ``--json`` prints) and builds what
+the console prints; no job logic lives here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+
+
+def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> Table:
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 or col in left else "right")
+    return table
+
+
+def _num(value: Any, fmt: str = "{:.4f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def simulation(data: dict[str, Any], landing: str, seconds: float) -> Table:
+    table = _table(
+        f"landing files written to {landing} in {seconds:.1f}s",
+        ("entity", "records", "lines written", "duplicates", "late", "malformed"),
+    )
+    for name, e in data["entities"].items():
+        table.add_row(
+            name,
+            *(str(e[k]) for k in ("generated", "lines_written", "duplicates", "late", "malformed_total")),
+        )
+    return table
+
+
+def ingestion(run_id: str, bronze: dict[str, Any], silver: dict[str, Any]) -> Table:
+    table = _table(
+        f"ingest {run_id}: bronze counts (read = written + deduplicated + quarantined)",
+        ("table", "read", "written", "deduplicated", "quarantined", "silver rows"),
+    )
+    for name, c in bronze["tables"].items():
+        rows = silver["tables"].get(name, {}).get("rows", 0)
+        table.add_row(
+            name, *(str(c[k]) for k in ("read", "written", "deduplicated", "quarantined")), str(rows)
+        )
+    return table
+
+
+def gold(report: dict[str, Any]) -> RenderableType:
+    table = _table(
+        f"gold feature tables, run {report['run_id']}", ("table", "inserted", "updated", "deleted")
+    )
+    for name, c in report["tables"].items():
+        table.add_row(name, str(c["inserted"]), str(c["updated"]), str(c["deleted"]))
+    applied = report["apply"]
+    return Group(
+        table,
+        "fitted pseudocounts: " + ", ".join(f"{k}={v:.1f}" for k, v in report["pseudocounts"].items()),
+        f"validation passed for {len(report['validation']['tables'])} gold tables; feast apply: "
+        + (
+            "applied " + ", ".join(applied["added"] + applied["changed"])
+            if applied["applied"]
+            else "unchanged"
+        ),
+    )
+
+
+def materialization(report: dict[str, Any], store_type: str) -> Table:
+    table = _table(
+        f"materialized to {store_type} up to {report['end']}",
+        ("view", "status", "from", "to", "rows", "rows/s"),
+        left=("status", "from", "to"),
+    )
+    for name, v in report["views"].items():
+        table.add_row(
+            name, v["status"], str(v["start"]), str(v["end"]), str(v["rows"]), f"{v['rows_per_s'] or 0:,.0f}"
+        )
+    return table
+
+
+def training(head: str, report: dict[str, Any]) -> RenderableType:
+    m = report["metrics"]
+    table = _table(
+        f"p_{head}: run {report['run_id']}, model version {report['version']}", ("metric", "value")
+    )
+    for key in sorted(m):
+        table.add_row(key, _num(m[key]))
+    colour = "green" if report["promoted"] else "yellow"
+    verdict = "promoted to champion" if report["promoted"] else "not promoted"
+    return Group(table, f"[{colour}]{verdict}[/{colour}]: {report['reason']}")
+
+
+EVALUATION_COLUMNS = (
+    "ndcg_at_25",
+    "expected_attendance_at_25",
+    "expected_rsvps_at_25",
+    "ece",
+    "recall_at_25_random_slot",
+)
+
+
+def evaluation(report: dict[str, Any]) -> Table:
+    versions = report["champion_versions"]
+    table = _table(
+        f"{report['requests']} test requests, {report['candidates_per_request']:.0f} live candidates each "
+        f"(champions rsvp v{versions['rsvp']}, attend v{versions['attend']})",
+        ("model", *EVALUATION_COLUMNS),
+    )
+    for name, row in report["models"].items():
+        table.add_row(name, *(_num(row.get(c)) for c in EVALUATION_COLUMNS))
+    return table
+
+
+def feed(result: Any) -> RenderableType:
+    """A feed response (``serving.feed.FeedResult`` or the same fields parsed from JSON)."""
+    table = _table(
+        f"feed for {result.user_id} as of {result.served_at}: {result.served_by}, "
+        f"model {result.model_version}, {result.candidates} candidates, {result.eligible} eligible, "
+        f"{result.stages_ms['total']:.0f} ms",
+        (
+            "#",
+            "event",
+            "category",
+            "organizer",
+            "starts (venue time)",
+            "km",
+            "friends",
+            "P(attend)",
+            "P(rsvp)",
+        ),
+        left=("event", "category", "organizer", "starts (venue time)"),
+    )
+    for item in result.events:
+        table.add_row(
+            f"{item.position}{'*' if item.is_exploration else ''}",
+            item.event_id,
+            item.category,
+            item.organizer_id,
+            item.starts_at_local,
+            f"{item.distance_km:.1f}",
+            str(item.friends_going),
+            _num(item.score, "{:.3f}"),
+            _num(item.p_rsvp, "{:.3f}"),
+        )
+    lines: list[RenderableType] = [table]
+    if result.events and result.events[-1].is_exploration:
+        lines.append(f"* exploration slot ({result.events[-1].exploration_kind})")
+    weekend = ", ".join(e.event_id for e in result.near_you_this_weekend) or "nothing"
+    lines.append(f"near you this weekend: {weekend}")
+    return Group(*lines)
+
+
+def serving_bench(
+    report: dict[str, Any], rows: list[tuple[str, str, str, str, str]], summary: list[str]
+) -> RenderableType:
+    table = _table(
+        f"{report['requests']} feed requests, candidates p50 {report['candidates_p50']:,}",
+        ("stage", "p50 ms", "p99 ms", "p50 ms, LightGBM predictor", "p99 ms, LightGBM predictor"),
+    )
+    for row in rows:
+        table.add_row(*(cell.replace("**", "") for cell in row))
+    return Group(table, *summary)
