@@ -4,7 +4,7 @@ through the real request path, beside two baselines run on the same requests in 
 * **stock LightGBM** scoring every candidate with both full heads (scoring only);
 * **the Feast SDK read path**: the candidates' rows of every event view, read per request
   through ``serving.live.build_event_snapshot`` (``read_online_view`` per view, as the service
-  builds its snapshot), plus the user's row through ``OnlineUserSource``, from a local SQLite
+  builds its snapshot), plus the user's row as the service reads it, from a local SQLite
   online store made as the project makes one (``load_settings("local")`` on a temporary home,
   ``apply_definitions``) and filled with the synthetic world's rows. The values read back are
   compared with the snapshot the feed path serves from; ``mismatches`` counts the differences.
@@ -477,8 +477,8 @@ def feast_read_baseline(
     with _quiet_feast(), tempfile.TemporaryDirectory(prefix="turnout-bench-feast-") as home:
         from conf import load_settings
         from features.views import EMBEDDING_DIM
-        from published.feature_store import open_online_store
-        from serving.live import EVENT_VIEWS, KEYED_VIEWS, USER_VIEW, OnlineUserSource, build_event_snapshot
+        from published.feature_store import OnlineView, open_online_store
+        from serving.live import EVENT_VIEWS, KEYED_VIEWS, USER_VIEW, build_event_snapshot
 
         settings = load_settings("local", home=home, environ={})
         say(f"applying features/ to a local Feast store in {home} (starts Spark once)...")
@@ -493,7 +493,15 @@ def feast_read_baseline(
 
         user_names = frozenset(f.name for f in store.get_feature_view(USER_VIEW).features)
         tower = world.snapshot.tower_version
-        users = OnlineUserSource(store, {uid: row.friends for uid, row in world.users.items()})
+        user_view = OnlineView.of(store, USER_VIEW)
+
+        class Users:  # the service's per-request read (serving.live.LiveSources.get), on this store
+            @staticmethod
+            def get(user_id: str, at: Any) -> UserRow:
+                columns = user_view.read(store, "user_id", [user_id], at)
+                return UserRow(user_id, {k: v[0] for k, v in columns.items()}, world.users[user_id].friends)
+
+        users = Users()
         now = world.now
         first = catalog_events(world.catalog, _candidate_rows(state, world, reqs[0])[:100])
         build_event_snapshot(store, first, now, EMBEDDING_DIM, tower, user_names)  # warm the registry cache

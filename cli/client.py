@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from serving.feed import FeedResult
+from serving.schema import FeedResult
 
 
 class ServiceError(RuntimeError):

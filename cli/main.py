@@ -74,7 +74,17 @@ def configure_logging(folder: Path) -> Path:
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     to_console = _Stderr()
     to_console.setLevel(logging.WARNING)
-    ours = ("cli", "conf", "contracts", "features", "models", "pipelines", "published", "serving", "simulator")
+    ours = (
+        "cli",
+        "conf",
+        "contracts",
+        "features",
+        "models",
+        "pipelines",
+        "published",
+        "serving",
+        "simulator",
+    )
     to_console.addFilter(lambda r: r.name.split(".")[0] in ours)
     to_console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     for handler in (to_file, to_console):
@@ -352,15 +362,13 @@ def schema() -> None:
 
 def _serving_state(settings: Settings, now: datetime, clock: Callable[[], datetime] | None = None) -> Any:
     """The real serving state as of ``now`` (requests on ``clock``, default pinned to ``now``); a
-    readable exit when no index is published.
-
-    Without a usable champion the state serves metro popularity (the model-down path) and says so.
+    readable exit when nothing is published. Whatever is missing is named, and served around.
     """
     from serving.live import NotPublished, load_serving_state
 
     try:
         with _progress("loading the serving state") as progress:
-            progress("index, champions, silver, online store", 0, 1)
+            progress("catalog, index, champions, online store", 0, 1)
             state = load_serving_state(settings, now, require_model=False, clock=clock)
             progress("ready", 1, 1)
     except NotPublished as e:
@@ -369,6 +377,9 @@ def _serving_state(settings: Settings, now: datetime, clock: Callable[[], dateti
     if state.models.current is None:
         why = state.models.last_refusal or "the registry has no p_rsvp champion (turnout train --head rsvp)"
         err.print(f"[yellow]no usable model, serving metro popularity[/yellow]: {why}")
+    for name, component in state.health.items():
+        if not component.ok:
+            err.print(f"[yellow]{name} {component.status}[/yellow]: {component.detail}")
     return state
 
 
@@ -390,9 +401,11 @@ def serve(
 ) -> None:
     """Start the feed API (GET /v1/feed, /healthz, /metrics).
 
-    By default over what the pipeline published: the live geo index, the registry champions,
-    the Feast online store and silver's live events, RSVPs, friendships and capacity counters,
-    as of --now. --synthetic serves an in-process synthetic world instead (no lake needed).
+    By default over what the pipeline published: the geo index and its catalog (live events, RSVP
+    lists, friendships, capacity counters, homes), the registry champions and the Feast online
+    store, as of --now. A dependency that is missing or fails is served around and named in
+    `served_by` and /healthz; each is checked every serving.health_check_seconds and picked up
+    again when it comes back. --synthetic serves an in-process synthetic world instead.
     """
     import uvicorn
 
@@ -422,11 +435,14 @@ def serve(
             f"(index {state.index_version}, model {state.model_version()})"
         )
     refresher = BackgroundRefresher(
-        state, settings.serving.model_refresh_seconds, settings.serving.snapshot_refresh_seconds
+        state,
+        settings.serving.model_refresh_seconds,
+        settings.serving.snapshot_refresh_seconds,
+        settings.serving.health_check_seconds,
     )
     err.print(
-        f"listening on http://{host}:{port} (champions re-read every {refresher.model_every_s:g} s, "
-        f"event snapshot every {refresher.snapshot_every_s:g} s)"
+        f"listening on http://{host}:{port} (dependencies checked every {refresher.check_every_s:g} s, "
+        f"champions every {refresher.model_every_s:g} s, event snapshot every {refresher.snapshot_every_s:g} s)"
     )
     uvicorn.run(create_app(state, refresher=refresher), host=host, port=port, log_level="info")
 

@@ -150,6 +150,14 @@ class ServingSettings(_Strict):
     # online store (one read of every live event's rows). 0 turns a refresh off.
     model_refresh_seconds: float = Field(default=60.0, ge=0.0)
     snapshot_refresh_seconds: float = Field(default=900.0, ge=0.0)
+    # How often each dependency is checked for real (the index version's files, the online store,
+    # the registry, the capacity counter, the impression log's disk): a fault shows in /healthz and
+    # in served_by within this many seconds, and so does its recovery. 0 turns the checks off.
+    health_check_seconds: float = Field(default=5.0, ge=0.0)
+    # The published state describes one instant (the catalog's); a request may ask for an instant
+    # at most this long after it (and none before it): beyond that the feed would be made of
+    # stale counters and expired features, so the request is refused and /healthz says stale.
+    max_state_age_hours: float = Field(default=24.0, gt=0.0)
 
 
 class Settings(_Strict):

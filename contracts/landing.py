@@ -18,6 +18,9 @@ Field kinds:
   written policy ``LOCAL_TIME_POLICY`` below.
 * ``zone``: an IANA zone id (``America/New_York``).
 * ``string_list``: a JSON array of strings.
+* ``id``: a JSON string naming a record, matching ``ID_PATTERN``: letters and digits, then also
+  ``.``, ``_``, ``:`` or ``-``, at most 128 characters. No spaces, slashes, quotes, control,
+  zero-width or bidi characters: an id is never text a person typed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-FieldKind = Literal["string", "int", "double", "bool", "instant", "local_datetime", "zone", "string_list"]
+FieldKind = Literal["string", "id", "int", "double", "bool", "instant", "local_datetime", "zone", "string_list"]
+# What every id (users, events, requests, ...) looks like, in landing files and in API requests.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
 CATEGORIES: tuple[str, ...] = (
     "music",
@@ -100,7 +105,7 @@ ENTITIES: dict[str, LandingEntity] = {
             version_field="updated_at",
             doc="One row per user version; the latest updated_at wins.",
             fields=(
-                F("user_id", "string"),
+                F("user_id", "id"),
                 F("metro", "string", doc="metro id, e.g. 'nyc'"),
                 F("home_lat", "double", min=-90, max=90),
                 F("home_lng", "double", min=-180, max=180),
@@ -120,8 +125,8 @@ ENTITIES: dict[str, LandingEntity] = {
             version_field="created_at",
             doc="An undirected friendship, delivered once with user_id < friend_id.",
             fields=(
-                F("user_id", "string"),
-                F("friend_id", "string"),
+                F("user_id", "id"),
+                F("friend_id", "id"),
                 F("created_at", "instant"),
             ),
         ),
@@ -130,7 +135,7 @@ ENTITIES: dict[str, LandingEntity] = {
             key=("organizer_id",),
             version_field="created_at",
             fields=(
-                F("organizer_id", "string"),
+                F("organizer_id", "id"),
                 F("name", "string"),
                 F("metro", "string"),
                 F("created_at", "instant"),
@@ -141,7 +146,7 @@ ENTITIES: dict[str, LandingEntity] = {
             key=("venue_id",),
             version_field="created_at",
             fields=(
-                F("venue_id", "string"),
+                F("venue_id", "id"),
                 F("name", "string"),
                 F("metro", "string"),
                 F("lat", "double", min=-90, max=90),
@@ -156,8 +161,8 @@ ENTITIES: dict[str, LandingEntity] = {
             version_field="created_at",
             doc="A recurring series (e.g. a weekly run club); each instance is its own event.",
             fields=(
-                F("series_id", "string"),
-                F("organizer_id", "string"),
+                F("series_id", "id"),
+                F("organizer_id", "id"),
                 F("title", "string"),
                 F("recurrence", "string", allowed=RECURRENCES),
                 F("created_at", "instant"),
@@ -170,10 +175,10 @@ ENTITIES: dict[str, LandingEntity] = {
             doc="The organizer enters the start as a venue-local wall-clock time; ingestion "
             "resolves it to a UTC instant with the venue zone.",
             fields=(
-                F("event_id", "string"),
-                F("organizer_id", "string"),
-                F("venue_id", "string"),
-                F("series_id", "string", required=False),
+                F("event_id", "id"),
+                F("organizer_id", "id"),
+                F("venue_id", "id"),
+                F("series_id", "id", required=False),
                 F("category", "string", allowed=CATEGORIES),
                 F("title", "string"),
                 F("description", "string", required=False),
@@ -192,7 +197,7 @@ ENTITIES: dict[str, LandingEntity] = {
             key=("event_id",),
             version_field="cancelled_at",
             fields=(
-                F("event_id", "string"),
+                F("event_id", "id"),
                 F("cancelled_at", "instant"),
                 F("reason", "string", required=False),
             ),
@@ -203,10 +208,10 @@ ENTITIES: dict[str, LandingEntity] = {
             version_field="served_at",
             doc="One event shown in one feed response, as logged by the serving path.",
             fields=(
-                F("impression_id", "string"),
-                F("request_id", "string"),
-                F("user_id", "string"),
-                F("event_id", "string"),
+                F("impression_id", "id"),
+                F("request_id", "id"),
+                F("user_id", "id"),
+                F("event_id", "id"),
                 F("position", "int", min=1, max=100),
                 F("surface", "string", allowed=SURFACES),
                 F("model_version", "string"),
@@ -220,12 +225,12 @@ ENTITIES: dict[str, LandingEntity] = {
             key=("rsvp_id",),
             version_field="rsvp_at",
             fields=(
-                F("rsvp_id", "string"),
-                F("user_id", "string"),
-                F("event_id", "string"),
+                F("rsvp_id", "id"),
+                F("user_id", "id"),
+                F("event_id", "id"),
                 F(
                     "request_id",
-                    "string",
+                    "id",
                     required=False,
                     doc="the feed request whose impression led to it, if any",
                 ),
@@ -238,8 +243,8 @@ ENTITIES: dict[str, LandingEntity] = {
             version_field="observed_at",
             doc="Whether an RSVPed user showed up; observed 7-17 days after the recommendation.",
             fields=(
-                F("user_id", "string"),
-                F("event_id", "string"),
+                F("user_id", "id"),
+                F("event_id", "id"),
                 F("attended", "bool"),
                 F("source", "string", allowed=ATTENDANCE_SOURCES),
                 F("observed_at", "instant"),
@@ -251,8 +256,8 @@ ENTITIES: dict[str, LandingEntity] = {
             version_field="rated_at",
             doc="Post-event survey answer (about 12% of attendees answer).",
             fields=(
-                F("user_id", "string"),
-                F("event_id", "string"),
+                F("user_id", "id"),
+                F("event_id", "id"),
                 F("rating", "int", min=1, max=5),
                 F("rated_at", "instant"),
             ),
@@ -263,7 +268,7 @@ ENTITIES: dict[str, LandingEntity] = {
             version_field="snapshot_at",
             doc="The booking counter for an event at an instant (the authoritative seats taken).",
             fields=(
-                F("event_id", "string"),
+                F("event_id", "id"),
                 F("seats_taken", "int", min=0, max=1_000_000),
                 F("capacity", "int", min=1, max=1_000_000),
                 F("snapshot_at", "instant"),
@@ -305,6 +310,8 @@ def render_markdown() -> str:
         for f in e.fields:
             if f.allowed:
                 constraint = "one of " + ", ".join(f"`{a}`" for a in f.allowed)
+            elif f.kind == "id":
+                constraint = f"matches `{ID_PATTERN}`"
             elif f.min is not None or f.max is not None:
                 constraint = f"{f.min:g} .. {f.max:g}" if f.min is not None and f.max is not None else ""
             else:

@@ -225,8 +225,11 @@ class Scorer:
     rsvp: Head | None
     attend: Head | None
 
+    def heads(self) -> list[Head]:
+        return [h for h in (self.rsvp, self.attend) if h is not None]
+
     def columns(self) -> list[str]:
-        return sorted({c for h in (self.rsvp, self.attend) if h is not None for c in h.columns})
+        return sorted({c for h in self.heads() for c in h.columns})
 
     def backend(self) -> str:
         """``compiled`` when every head scores with native code, else ``lightgbm``."""

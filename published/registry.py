@@ -9,6 +9,7 @@ the training stage's job (``pipelines.training.registry``).
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ def client(settings: Settings, create: bool = False) -> Any:
     import mlflow
     from mlflow import MlflowClient
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # logs, not progress bars
     uri = settings.mlflow.tracking_uri
     if uri.startswith(SQLITE_PREFIX):
         path = Path(uri.removeprefix(SQLITE_PREFIX))

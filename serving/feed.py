@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,12 +23,13 @@ import numpy as np
 import numpy.typing as npt
 
 from contracts.geo import chord_sq, chord_sq_to_km, unit_vectors
-from contracts.instants import to_micros
+from contracts.instants import iso_z, to_micros
 from published.geo_index import GeoParams
 from serving.features import UserRow, assemble, weekend_windows, zone_offsets_min
 from serving.impressions import impression_records
 from serving.rank import mmr_select, pick_exploration, prefilter
-from serving.snapshot import EventSnapshot
+from serving.schema import FeedItem, FeedResult
+from serving.snapshot import CATALOG_ONLY, EventSnapshot
 from serving.state import LoadedModel, ServingState
 
 log = logging.getLogger(__name__)
@@ -49,40 +50,6 @@ class FeedRequest:
     lat: float | None = None
     lng: float | None = None
     request_id: str = ""
-
-
-@dataclass
-class FeedItem:
-    event_id: str
-    position: int
-    score: float | None  # calibrated P(attend) = p_rsvp * p_attend_given_rsvp; None on popularity
-    p_rsvp: float | None
-    p_attend_given_rsvp: float | None
-    distance_km: float
-    friends_going: int
-    is_exploration: bool
-    exploration_kind: str | None
-    category: str
-    organizer_id: str
-    starts_at: str  # UTC
-    starts_at_local: str  # the venue's wall clock, with its offset
-    timezone: str
-
-
-@dataclass
-class FeedResult:
-    request_id: str
-    user_id: str
-    served_at: str
-    model_version: str
-    served_by: str
-    location_source: str  # gps | home
-    events: list[FeedItem]
-    near_you_this_weekend: list[FeedItem]
-    candidates: int  # retrieved, in radius and window, before the hard filters
-    eligible: int  # after the hard filters
-    scored: int  # rows both full heads scored
-    stages_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -244,7 +211,8 @@ def score_candidates(
     n = len(rows)
     out = Scores(np.full(n, -np.inf), np.full(n, np.nan), np.full(n, np.nan), 0, state.models.current)
     model = out.model
-    if model is not None and model.scorer.rsvp is not None and n:
+    # A snapshot without online features (the store was never reachable) would be scored on NaNs.
+    if model is not None and model.scorer.rsvp is not None and n and snap.source != CATALOG_ONLY:
         try:
             columns = sorted({*model.scorer.columns(), "is_free", "history_depth"})
             x = assemble(snap, rows, columns, user, lat, lng, now_s, going, offsets)
@@ -273,22 +241,23 @@ def score_candidates(
 def rerank(
     state: ServingState, rows: I64, scores: Scores, rng: np.random.Generator
 ) -> tuple[I64, tuple[int, str] | None]:
-    """Slots 1-24 by MMR over organizer and category (at most ``max_per_organizer`` each), and
-    slot 25's exploration pick among the eligible events left."""
+    """Slots 1-24 by MMR over organizer and category (at most ``max_per_organizer`` each while
+    other organizers have events in range, then filled in the same order), and slot 25's
+    exploration pick among every candidate left. A metro with fewer than 25 candidates keeps its
+    last slot for exploration: those impressions are the only unbiased labels there are."""
     cfg, snap = state.config, state.snapshot
     known = np.isfinite(scores.score)
     org, cat = snap.organizer_code[rows], snap.category_code[rows]
+    ranked = min(cfg.feed_size - 1, max(int(known.sum()) - 1, 1))
     picks = mmr_select(
-        scores.score[known], org[known], cat[known], cfg.feed_size - 1, cfg.mmr_lambda,
-        cfg.max_per_organizer, cfg.mmr_pool,
+        scores.score[known], org[known], cat[known], ranked, cfg.mmr_lambda, cfg.max_per_organizer,
+        cfg.mmr_pool, fill=True,
     )  # fmt: skip
     picks = np.flatnonzero(known)[picks]
     exploration: tuple[int, str] | None = None
     if len(rows) > len(picks):
-        chosen = np.zeros(len(rows), dtype=bool)
-        chosen[picks] = True
-        org_full = np.bincount(org[picks], minlength=int(org.max()) + 1) >= cfg.max_per_organizer
-        eligible = ~chosen & ~org_full[org]
+        eligible = np.ones(len(rows), dtype=bool)
+        eligible[picks] = False
         cold = ~(snap.org_event_count[rows] > cfg.cold_organizer_max_events)  # NaN (no stats yet) is cold
         exploration = pick_exploration(rng, eligible, cold)
     return picks, exploration
@@ -340,14 +309,15 @@ def hydrate(
 
 
 def log_impressions(
-    state: ServingState, req: FeedRequest, now_s: float, version: str, events: list[FeedItem],
+    state: ServingState, req: FeedRequest, served_at_s: float, version: str, events: list[FeedItem],
     weekend: list[FeedItem],
-) -> None:  # fmt: skip
-    """One impression line per event shown; a failed write is logged and shown, never raised."""
+) -> bool:  # fmt: skip
+    """One impression line per event shown, stamped with the server's instant; a failed write is
+    logged and shown (False), never raised."""
     records = impression_records(
         req.request_id,
         req.user_id,
-        now_s,
+        served_at_s,
         version,
         [
             *(("home_feed", e.event_id, e.position, e.is_exploration, e.exploration_kind) for e in events),
@@ -356,10 +326,26 @@ def log_impressions(
     )
     try:
         state.impressions.write(records)
-        state.health["impression_log"].set("ok")
     except Exception as e:
         log.error("impression log write failed (request %s): %s", req.request_id, e)
-        state.health["impression_log"].set("down", str(e))
+        state.health["impression_log"].set("down", f"{type(e).__name__}: {e}")
+        return False
+    state.health["impression_log"].set("ok")
+    return True
+
+
+def dependency_tags(state: ServingState, now: datetime) -> list[str]:
+    """``served_by`` tags for what is down around this request, whatever the request path does."""
+    tags = []
+    if state.snapshot.source == CATALOG_ONLY:
+        tags.append("no_features")
+    elif not state.health["snapshot"].ok:
+        tags.append("last_snapshot")
+    if not state.health["registry"].ok:
+        tags.append("registry_down")
+    if state.stale(now):
+        tags.append("stale_state")
+    return tags
 
 
 def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
@@ -370,7 +356,7 @@ def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
     now = req.now.astimezone(UTC)
     now_s = to_micros(now) / 1e6
     snap = state.snapshot
-    tags = [] if state.health["snapshot"].status == "ok" else ["last_snapshot"]
+    tags = dependency_tags(state, now)
 
     user, user_tags = read_user(state, req.user_id, now)
     tags += user_tags
@@ -410,13 +396,15 @@ def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
     timer.lap("hydrate")
 
     version = scores.model.version if scores.model is not None else "popularity"
-    log_impressions(state, req, now_s, version, events, weekend_items)
+    served_at_s = to_micros(state.clock()) / 1e6  # the server's instant, whatever the request asked
+    if not log_impressions(state, req, served_at_s, version, events, weekend_items):
+        tags.append("unlogged")
     timer.lap("log")
 
     return FeedResult(
         request_id=req.request_id,
         user_id=req.user_id,
-        served_at=datetime.fromtimestamp(now_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        served_at=iso_z(served_at_s),
         model_version=version,
         served_by="+".join(["model" if scores.model is not None else "popularity", *tags]),
         location_source=location_source,

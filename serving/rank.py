@@ -44,13 +44,16 @@ def mmr_select(
     lam: float,
     max_per_organizer: int,
     pool: int,
+    fill: bool = False,
 ) -> I64:
     """Greedy maximal marginal relevance over the best ``pool`` rows, at most ``max_per_organizer``.
 
     Each pick maximizes ``lam * score / max(score) - (1 - lam) * sim``, where ``sim`` is 1 when
     the organizer is already on the page and 0.5 when only the category is (organizer is the
     stronger redundancy: the same people, the same crowd). Ties go to the higher score, then to
-    the earlier row, so the order is deterministic.
+    the earlier row, so the order is deterministic. With ``fill``, once no organizer with room is
+    left, the cap is relaxed and the picking goes on in the same MMR order: a short metro still
+    gets a full page, its repeats ranked last.
     """
     n = len(score)
     if n == 0 or k <= 0:
@@ -64,13 +67,17 @@ def mmr_select(
     cat_seen = np.zeros(cat.max() + 1, dtype=bool)
     taken = np.zeros(len(top), dtype=bool)
     picks: list[int] = []
-    for _ in range(min(k, len(top))):
+    capped = True
+    while len(picks) < min(k, len(top)):
         used_org = org_count[org]
         sim = np.where(used_org > 0, 1.0, np.where(cat_seen[cat], 0.5, 0.0))
         value = lam * rel - (1 - lam) * sim
-        value[taken | (used_org >= max_per_organizer)] = -np.inf
+        value[taken | (capped & (used_org >= max_per_organizer))] = -np.inf
         best = int(np.argmax(value))
         if not np.isfinite(value[best]):
+            if fill and capped:
+                capped = False
+                continue
             break
         taken[best] = True
         picks.append(best)

@@ -1,5 +1,6 @@
-"""Background refresh while the service runs: the champions when an alias moves; on a slower beat
-the published index pointer and the event snapshot from the online store.
+"""Background refresh while the service runs: the dependency checks on a fast beat (a fault, and
+its recovery, shows within seconds), the champions when an alias moves, and on a slower beat the
+published index pointer and the event snapshot from the online store.
 
 One daemon thread per process, started and stopped with the app (``create_app(..., refresher=)``).
 Each refresh is ``ServingState.refresh_models`` / ``refresh_snapshot``: a failure keeps the last
@@ -26,25 +27,34 @@ class RefreshStats:
 
     model_runs: int = 0
     snapshot_runs: int = 0
+    check_runs: int = 0
     last_model_at: float | None = None
     last_snapshot_at: float | None = None
+    last_check_at: float | None = None
     errors: list[str] = field(default_factory=list)
 
 
 class BackgroundRefresher:
-    """Calls ``state.refresh_models()`` every ``model_every_s`` and ``state.refresh_index()`` then
-    ``state.refresh_snapshot()`` every ``snapshot_every_s`` seconds (0: never) on a daemon thread."""
+    """Calls ``state.check_dependencies()`` every ``check_every_s``, ``state.refresh_models()`` every
+    ``model_every_s`` and ``state.refresh_index()`` then ``state.refresh_snapshot()`` every
+    ``snapshot_every_s`` seconds (0: never) on a daemon thread."""
 
-    def __init__(self, state: ServingState, model_every_s: float, snapshot_every_s: float) -> None:
+    def __init__(
+        self, state: ServingState, model_every_s: float, snapshot_every_s: float, check_every_s: float = 0.0
+    ) -> None:
         self.state = state
         self.model_every_s = model_every_s
         self.snapshot_every_s = snapshot_every_s
+        self.check_every_s = check_every_s
         self.stats = RefreshStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        if self._thread is not None or (self.model_every_s <= 0 and self.snapshot_every_s <= 0):
+        if (
+            self._thread is not None
+            or max(self.model_every_s, self.snapshot_every_s, self.check_every_s) <= 0
+        ):
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="turnout-refresh", daemon=True)
@@ -63,10 +73,17 @@ class BackgroundRefresher:
 
     def _run(self) -> None:
         started = time.monotonic()
-        next_model = started + self.model_every_s if self.model_every_s > 0 else float("inf")
-        next_snapshot = started + self.snapshot_every_s if self.snapshot_every_s > 0 else float("inf")
-        while not self._stop.wait(max(0.0, min(next_model, next_snapshot) - time.monotonic())):
+
+        def first(every: float) -> float:
+            return started + every if every > 0 else float("inf")
+
+        next_check, next_model = first(self.check_every_s), first(self.model_every_s)
+        next_snapshot = first(self.snapshot_every_s)
+        while not self._stop.wait(max(0.0, min(next_check, next_model, next_snapshot) - time.monotonic())):
             now = time.monotonic()
+            if now >= next_check:
+                self._once("check", self.state.check_dependencies)
+                next_check = time.monotonic() + self.check_every_s
             if now >= next_model:
                 self._once("model", self.state.refresh_models)
                 next_model = time.monotonic() + self.model_every_s
@@ -82,7 +99,10 @@ class BackgroundRefresher:
         except Exception as e:  # the state's own methods catch dependency failures; this is a bug
             log.exception("%s refresh raised", what)
             self.stats.errors = [*self.stats.errors[-9:], f"{what}: {e}"]
-        if what == "model":
+        if what == "check":
+            self.stats.check_runs += 1
+            self.stats.last_check_at = time.time()
+        elif what == "model":
             self.stats.model_runs += 1
             self.stats.last_model_at = time.time()
         elif what == "snapshot":

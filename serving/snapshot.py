@@ -25,6 +25,8 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 Str = npt.NDArray[np.str_]
 
+# A snapshot's ``source`` when the online store could not be read: events, no feature values.
+CATALOG_ONLY: Final = "catalog_only"
 # Columns every snapshot frame carries besides the model features.
 META_COLUMNS: Final = (
     "event_id",

@@ -3,7 +3,9 @@
 Each dependency can fail on its own, and each failure has a defined fallback that keeps the feed
 non-empty and says so (``served_by``): the model holder keeps the last good model and refuses
 one trained on another feature schema; the snapshot keeps serving when a refresh fails; the
-user-row source falls back to the last good row it saw, then to the cold-start path.
+user-row source falls back to the last good row it saw, then to the user's home with cold-start
+features. ``health`` holds one ``Component`` per dependency (what /healthz and /metrics show);
+``check_dependencies`` runs the real checks of the live service (``serving.live``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import numpy as np
 
+from contracts.instants import iso_z
 from models.heads import SERVICE_OF_HEAD, Head, Scorer
 from published.geo_index import GeoIndex
 from serving.availability import AvailabilityStore, Blocked
@@ -100,12 +103,16 @@ class CachedUserSource:
     """Wraps a user source: remembers the last good row per user for when the store is down.
 
     Returns ``(row, status)`` with status ``ok``, ``cached`` (store down, last good row) or
-    ``unavailable`` (store down, never seen: cold-start path).
+    ``unavailable`` (store down, never seen: the user's home with cold-start features, from
+    ``home_of``, or nothing for a user nobody published).
     """
 
-    def __init__(self, inner: UserSource, capacity: int) -> None:
+    def __init__(
+        self, inner: UserSource, capacity: int, home_of: Callable[[str], UserRow | None] | None = None
+    ) -> None:
         self.inner = inner
         self.capacity = capacity
+        self.home_of = home_of or (lambda user_id: None)
         self._rows: OrderedDict[str, UserRow | None] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -117,7 +124,7 @@ class CachedUserSource:
             with self._lock:
                 if user_id in self._rows:
                     return self._rows[user_id], "cached"
-            return None, "unavailable"
+            return self.home_of(user_id), "unavailable"
         with self._lock:
             self._rows[user_id] = row
             self._rows.move_to_end(user_id)
@@ -130,6 +137,7 @@ class CachedUserSource:
 class Component:
     """One dependency's health as /healthz reports it."""
 
+    name: str = ""
     status: str = "ok"  # ok | degraded | down
     detail: str = ""
     since: float = field(default_factory=time.time)
@@ -137,7 +145,25 @@ class Component:
     def set(self, status: str, detail: str = "") -> None:
         if status != self.status:
             self.since = time.time()
+            say = log.info if status == "ok" else log.warning
+            say("dependency %s: %s -> %s %s", self.name, self.status, status, detail)
         self.status, self.detail = status, detail
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+COMPONENTS = (
+    "index",
+    "catalog",
+    "snapshot",
+    "model",
+    "registry",
+    "online_store",
+    "availability",
+    "impression_log",
+)
 
 
 @dataclass
@@ -161,11 +187,17 @@ class ServingState:
     health: dict[str, Component] = field(default_factory=dict)
     # Last sold-out/cancelled set read successfully: used (and reported) when the counter is down.
     last_unavailable: frozenset[str] = frozenset()
+    # The instant the published state describes (None: unknown) and how far past it a request may
+    # ask for an instant before the answer would be made of stale counters and expired features.
+    as_of: datetime | None = None
+    max_state_age_s: float = 24 * 3600.0
+    # The live service's real dependency checks (serving.live); None: nothing to check (tests).
+    check_dependencies_fn: Callable[[ServingState], None] | None = None
     _rows_cache: tuple[int, int, I64] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("index", "snapshot", "model", "online_store", "availability", "impression_log"):
-            self.health.setdefault(name, Component())
+        for name in COMPONENTS:
+            self.health.setdefault(name, Component(name))
         if self.index is None:
             self.health["index"].set("down", "no published index loaded: retrieval scans the snapshot")
         if self.models.current is None:
@@ -215,16 +247,43 @@ class ServingState:
         log.info("serving index %s", self.index_version)
         return True
 
+    def check_dependencies(self) -> None:
+        """Check every dependency for real (files, connections, disk); fall back and recover."""
+        if self.check_dependencies_fn is not None:
+            self.check_dependencies_fn(self)
+
+    def request_window(self) -> tuple[datetime, datetime] | None:
+        """The instants a request may ask about: from the published state's instant to
+        ``max_state_age_s`` after it (None: any)."""
+        if self.as_of is None:
+            return None
+        return self.as_of, self.as_of + timedelta(seconds=self.max_state_age_s)
+
+    def stale(self, at: datetime) -> bool:
+        """Whether ``at`` lies beyond what the published state can answer for."""
+        window = self.request_window()
+        return window is not None and at > window[1]
+
     def refresh_models(self) -> None:
         """Ask the registry for the champions (the caller's function offers them to the holder)."""
         if self.refresh_models_fn is None:
             return
         try:
             self.refresh_models_fn(self.models)
+        except LookupError as e:  # the registry answered: there is no champion (yet)
+            self.health["registry"].set("ok")
+            if self.models.current is None:
+                self.health["model"].set("down", f"{e}: serving metro popularity")
+            return
         except Exception as e:
             log.warning("model refresh failed, keeping %s: %s", self.model_version(), e)
-            self.health["model"].set("degraded", f"registry unreachable: {e}")
+            self.health["registry"].set("down", str(e))
+            self.health["model"].set(
+                "degraded" if self.models.current else "down",
+                f"registry unreachable: keeping {self.model_version()}",
+            )
             return
+        self.health["registry"].set("ok")
         if self.models.last_refusal:
             self.health["model"].set("degraded", f"refused: {self.models.last_refusal}")
         elif self.models.current is not None:
@@ -253,16 +312,38 @@ class ServingState:
             return {}
 
     def health_report(self) -> dict[str, Any]:
-        now = time.time()
-        components = {
-            name: {"status": c.status, "detail": c.detail, "since_s": round(now - c.since, 1)}
+        """Per component: status, why, since when (UTC and seconds); the state's data age measured
+        on the service's own clock, and ``stale`` once it is older than a request may ask for."""
+        wall = time.time()
+        components: dict[str, dict[str, Any]] = {
+            name: {
+                "status": c.status,
+                "detail": c.detail,
+                "since": iso_z(c.since),
+                "since_s": round(wall - c.since, 1),
+            }
             for name, c in self.health.items()
         }
-        components["snapshot"]["events"] = len(self.snapshot)
-        components["snapshot"]["age_s"] = round(now - self.snapshot.built_at_s, 1)
+        at = self.clock()
+        snap = components["snapshot"]
+        snap["events"] = len(self.snapshot)
+        snap["source"] = self.snapshot.source
+        snap["data_as_of"] = iso_z(self.snapshot.built_at_s)
+        snap["data_age_s"] = round(at.timestamp() - self.snapshot.built_at_s, 1)
+        components["catalog"]["as_of"] = None if self.as_of is None else iso_z(self.as_of)
         components["index"]["version"] = self.index_version
+        path_for = getattr(self.impressions, "path_for", None)
+        components["impression_log"]["path"] = str(path_for(iso_z(at))) if path_for else None
         components["model"]["version"] = self.model_version()
         # compiled (native trees shipped with the model) or lightgbm (its own predictor)
         components["model"]["scoring"] = self.models.current.scorer.backend() if self.models.current else None
-        status = "ok" if all(c.status == "ok" for c in self.health.values()) else "degraded"
-        return {"status": status, "components": components}
+        degraded = [name for name, c in self.health.items() if not c.ok]
+        if self.stale(at):
+            degraded.append("state")
+        return {
+            "status": "ok" if not degraded else "degraded",
+            "degraded": degraded,
+            "served_at": iso_z(at),
+            "stale": self.stale(at),
+            "components": components,
+        }

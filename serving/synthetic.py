@@ -267,4 +267,5 @@ def make_state(
         index_version="synthetic" if with_index else None,
         clock=lambda: world.now,
         seed=7,
+        as_of=world.now,
     )

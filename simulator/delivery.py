@@ -58,6 +58,7 @@ _WRONG_TYPE: dict[str, Any] = {
     "int": "many",
     "bool": "yes",
     "string": 12345,
+    "id": 12345,
     "instant": 1_761_955_200,
     "local_datetime": 202611010130,
     "zone": 5,
@@ -136,7 +137,7 @@ def _malform(
     rec = dict(record)
     for i, name in enumerate(entity.key):
         fld = next(f for f in entity.fields if f.name == name)
-        if fld.kind == "string":
+        if fld.kind in ("string", "id"):
             # "a"/"b" suffixes keep user_id < friend_id for friendships.
             rec[name] = f"bad-{entity.name}-{n:07d}-{'ab'[i % 2]}"
     non_key = [f for f in entity.fields if f.name not in entity.key]

@@ -13,6 +13,7 @@ rewrites nothing that is already there, because every write is a MERGE on a stab
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -85,10 +86,11 @@ def read_landing(
         .text(path)
         .filter((F.col("delivered") >= start_key) & (F.col("delivered") < end_key))
     )
+    # The file's path inside the landing zone, not its absolute URI: a quarantine row's id is
+    # derived from it, and a home that was moved or copied must not quarantine the same line again.
+    relative = F.regexp_extract(F.input_file_name(), rf"({re.escape(entity)}/delivered=[^/]+/[^/]+)$", 1)
     return lines.select(
-        F.col("value").alias("_raw"),
-        F.input_file_name().alias("_source_file"),
-        F.col("delivered").alias("_delivered"),
+        F.col("value").alias("_raw"), relative.alias("_source_file"), F.col("delivered").alias("_delivered")
     )
 
 

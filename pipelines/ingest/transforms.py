@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from contracts.landing import LandingEntity, LandingField
+from contracts.landing import ID_PATTERN, LandingEntity, LandingField
 
 # Local wall-clock times become UTC instants by LOCAL_TIME_POLICY (contracts.landing):
 # ambiguous -> the earlier instant; nonexistent -> quarantine. Spark's to_utc_timestamp resolves
@@ -31,6 +31,7 @@ _INTEGRAL = r"^(BIGINT|INT|SMALLINT|TINYINT|DECIMAL\(\d+,0\))$"
 _NUMERIC = r"^(BIGINT|INT|SMALLINT|TINYINT|DOUBLE|FLOAT|DECIMAL\(\d+,\d+\))$"
 _SPARK_TYPE = {
     "string": "string",
+    "id": "string",
     "instant": "string",
     "local_datetime": "string",
     "zone": "string",
@@ -61,6 +62,8 @@ def _typed(f: LandingField, raw_value: Column) -> Column:
         return F.when(raw_value.rlike(_LOCAL_RE), raw_value.try_cast(T.TimestampNTZType()))
     if f.kind == "zone":
         return F.when(raw_value.isin(_VALID_ZONES), raw_value)
+    if f.kind == "id":
+        return F.when(raw_value.rlike(ID_PATTERN), raw_value)
     return raw_value
 
 
@@ -70,7 +73,7 @@ def _field_reason(f: LandingField, missing: Column, type_ok: Column, value: Colu
     if f.required:
         checks.append((missing, f"missing_required:{f.name}"))
     checks.append((~missing & ~type_ok, f"invalid_type:{f.name}"))
-    problem = "unknown_zone" if f.kind == "zone" else "invalid_type"
+    problem = {"zone": "unknown_zone", "id": "invalid_id"}.get(f.kind, "invalid_type")
     checks.append((~missing & value.isNull(), f"{problem}:{f.name}"))
     if f.min is not None:
         checks.append((value < F.lit(f.min), f"out_of_range:{f.name}"))

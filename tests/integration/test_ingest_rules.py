@@ -42,11 +42,12 @@ def test_dst_policy_quarantine_reasons_and_counts(spark, tmp_path) -> None:  # t
             event("bare", created_at="2026-10-20T12:00:00"),  # an instant without an offset
             {k: v for k, v in event("missing").items() if k != "venue_id"},
             '{"event_id": "truncated", "title": "cut off in the mid',
+            event("u../../etc/passwd"),  # an id is never a path
         ],
     )
     report = ingest_bronze(settings, None, None, run_id="run-1")
     counts = report["tables"]["events"]
-    assert counts == {"read": 11, "written": 2, "deduplicated": 1, "quarantined": 8}
+    assert counts == {"read": 12, "written": 2, "deduplicated": 1, "quarantined": 9}
 
     reasons = {r["raw"][:30]: r["reason"] for r in _table(spark, settings, "quarantine", "landing").collect()}
     assert sorted(reasons.values()) == sorted(
@@ -59,11 +60,13 @@ def test_dst_policy_quarantine_reasons_and_counts(spark, tmp_path) -> None:  # t
             "invalid_type:created_at",
             "missing_required:venue_id",
             "unparseable_json",
+            "invalid_id:event_id",
         ]
     )
     quarantined = _table(spark, settings, "quarantine", "landing").collect()
     assert {r["run_id"] for r in quarantined} == {"run-1"}
-    assert all(r["source_file"].endswith("part-0000.jsonl") for r in quarantined)
+    # Paths inside the landing zone, not absolute: the same line in a moved home is the same row.
+    assert {r["source_file"] for r in quarantined} == {f"events/delivered={HOUR}/part-0000.jsonl"}
 
     build_silver(settings, None, None, run_id="run-1")
     rows = {r["event_id"]: r for r in _table(spark, settings, "silver", "events").collect()}
@@ -183,3 +186,21 @@ def test_a_run_killed_midway_and_rerun_leaves_no_duplicates(spark, tmp_path) -> 
         assert got.count() == got.select("_record_id").distinct().count()
         want = {r["_record_id"] for r in _table(spark, clean, "bronze", name).collect()}
         assert {r["_record_id"] for r in got.collect()} == want
+
+
+def test_ingesting_again_or_from_a_moved_home_adds_no_quarantine_row(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    home = tmp_path / "home"
+    settings = make_settings(home, INGEST__MAX_QUARANTINE_FRACTION="0.9")
+    write_lines(settings.landing.root, "events", HOUR, [event("ok"), event("wrongtype", capacity="many")])
+    ingest_bronze(settings, None, None, run_id="run-1")
+    ingest_bronze(settings, None, None, run_id="run-2")
+    first = sorted(r["_quarantine_id"] for r in _table(spark, settings, "quarantine", "landing").collect())
+    assert len(first) == 1
+
+    moved = make_settings(tmp_path / "moved", INGEST__MAX_QUARANTINE_FRACTION="0.9")
+    shutil.copytree(home, moved.home)
+    report = ingest_bronze(moved, None, None, run_id="run-3")
+    assert report["tables"]["events"]["quarantined"] == 1  # counted again, stored once
+    assert sorted(r["_quarantine_id"] for r in _table(spark, moved, "quarantine", "landing").collect()) == first

@@ -125,8 +125,8 @@ def test_model_refresh_failure_is_reported_and_the_model_kept(world, heads) -> N
     state.refresh_models_fn = registry_down
     state.refresh_models()
     assert state.model_version() == "rsvp:v1+attend:v1"
-    assert state.health["model"].status == "degraded"
-    assert _get(state)["served_by"] == "model"
+    assert state.health["model"].status == "degraded" and state.health["registry"].status == "down"
+    assert _get(state)["served_by"] == "model+registry_down"  # the last good model, and why
 
 
 def _now(world):

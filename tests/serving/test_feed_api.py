@@ -60,7 +60,7 @@ def test_without_gps_the_users_home_is_used(client) -> None:
         ({"lat": 40.7}, "both lat and lng"),
         ({"lat": 40.7, "lng": -74, "now": "2026-11-05T15:00:00"}, "no UTC offset"),
         ({"lat": 40.7, "lng": -74, "now": "yesterday"}, "not an ISO-8601 instant"),
-        ({"user_id": "", "lat": 40.7, "lng": -74}, "at least 1 character"),
+        ({"user_id": "", "lat": 40.7, "lng": -74}, "should match pattern"),
     ],
 )
 def test_bad_input_is_a_clear_422(client, params, needle) -> None:
@@ -93,8 +93,10 @@ def test_healthz_reports_each_component_and_metrics_are_prometheus_text(client) 
     assert health["status"] == "ok"
     assert set(health["components"]) == {
         "index",
+        "catalog",
         "snapshot",
         "model",
+        "registry",
         "online_store",
         "availability",
         "impression_log",
@@ -102,4 +104,4 @@ def test_healthz_reports_each_component_and_metrics_are_prometheus_text(client) 
     assert health["components"]["model"]["version"] == "rsvp:v1+attend:v1"
     assert health["components"]["model"]["scoring"] == "lightgbm"  # synthetic heads are not compiled
     text = client.get("/metrics").text
-    assert "turnout_feed_stage_seconds_bucket" in text and "turnout_snapshot_age_seconds" in text
+    assert "turnout_feed_stage_seconds_bucket" in text and "turnout_snapshot_data_age_seconds" in text

@@ -8,14 +8,14 @@ from collections import Counter
 
 from fastapi.testclient import TestClient
 
-from contracts.landing import ENTITIES
+from contracts.landing import ENTITIES, ID_PATTERN
 from serving.app import create_app
 from serving.feed import FeedRequest, serve_feed
 from serving.impressions import LandingImpressionLog, MemoryImpressionLog
 from serving.synthetic import make_state
 
 INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$")
-KIND_TYPES = {"string": str, "int": int, "bool": bool, "instant": str}
+KIND_TYPES = {"string": str, "id": str, "int": int, "bool": bool, "instant": str}
 
 
 def _valid_landing_line(record: dict) -> None:
@@ -31,6 +31,8 @@ def _valid_landing_line(record: dict) -> None:
             assert f.min <= value <= f.max
         if f.kind == "instant":
             assert INSTANT.match(value)
+        if f.kind == "id":
+            assert re.match(ID_PATTERN, value), (f.name, value)
         if f.allowed is not None:
             assert value in f.allowed, (f.name, value)
 

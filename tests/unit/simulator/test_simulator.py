@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contracts.landing import ENTITIES, LandingEntity
+from contracts.landing import ENTITIES, ID_PATTERN, LandingEntity
 from simulator import GroundTruth, SimulationConfig, SimulationSummary, simulate
 
 DEMO = SimulationConfig()
@@ -54,7 +54,7 @@ _ZONES = zoneinfo.available_timezones()
 
 
 def _kind_ok(kind: str, value: Any) -> bool:
-    if kind in ("string", "instant", "local_datetime", "zone"):
+    if kind in ("string", "id", "instant", "local_datetime", "zone"):
         return isinstance(value, str)
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
@@ -101,6 +101,8 @@ def quarantine_reason(line: str, entity: LandingEntity) -> str | None:
             return "not_allowed"
         if f.kind == "zone" and value not in _ZONES:
             return "invalid_zone"
+        if f.kind == "id" and not re.match(ID_PATTERN, value):
+            return "invalid_id"
         if f.kind == "instant" and not _INSTANT.match(value):
             return "instant_without_offset" if _LOCAL.match(value) else "wrong_type"
         if f.kind == "local_datetime" and not _LOCAL.match(value):
