@@ -15,7 +15,7 @@ DEMO_PORT ?= 8765
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
-.PHONY: help setup jars lock demo test lint typecheck unit integration docs clean
+.PHONY: help setup jars lock demo test lint typecheck unit integration docs clean up down
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -73,3 +73,9 @@ docs: setup ## Regenerate docs/landing-schema.md from the code.
 
 clean: ## Remove $(TURNOUT_HOME) (all local state).
 	rm -rf $(TURNOUT_HOME)
+
+up: setup ## Start the deployment: Airflow (UI :8080), MLflow UI (:5000), feed service (:8765).
+	TURNOUT_HOME=$(TURNOUT_HOME) ops/up.sh
+
+down: ## Stop everything `make up` started (whole process groups, workers included).
+	TURNOUT_HOME=$(TURNOUT_HOME) ops/down.sh

@@ -5,11 +5,13 @@
 ``--home`` is a TURNOUT_HOME with silver + gold built and ``features/`` applied (``bench_features.py
 --history --home DIR`` builds the ~1M-impression one; ``make demo`` builds the 430k one).
 
-Per head it times (1) the whole training-set build (labels on Spark + Feast's point-in-time join on
-the Spark offline store + the Delta write), (2) a plain pandas ``merge_asof`` of the same entity
-rows against the same gold tables (the baseline: one view at a time, on the driver; on-demand
-crosses left out), with the share of values on which the two agree, and (3) the LightGBM fit
-alone and the whole ``train_head`` (fit, calibration, leak diagnostic, MLflow, registry).
+Per head it times (1) the whole training-set build (labels on Spark + Feast's point-in-time join +
+the Delta write) once with Feast's stock Spark offline store and once with the sorted one
+(``pipelines/offline_store.py``), on the same inputs, and checks the two frames are equal; (2) a
+plain pandas ``merge_asof`` of the same entity rows against the same gold tables (the baseline:
+one view at a time, on the driver; on-demand crosses left out), with the share of values on which
+it agrees; and (3) the LightGBM fit alone and the whole ``train_head`` (fit, calibration, leak
+diagnostic, MLflow, registry).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ def pandas_asof(settings: Settings, entity: pd.DataFrame, service_name: str) -> 
     """The service's batch features for ``entity`` by ``merge_asof``, one gold table at a time.
 
     Feast's rule, rewritten for an as-of join: the newest row with ``event_timestamp <= T`` and
-    ``created <= T`` within the view's TTL is the newest row whose ``max(event_timestamp, created)``
-    is ``<= T`` (gold's ``created`` never decreases with ``event_timestamp``).
+    ``created <= T`` within the view's TTL is the last row, ordered by ``max(event_timestamp,
+    created)`` and then ``event_timestamp``, that is available by ``T`` (gold's ``created`` never
+    decreases with ``event_timestamp``; rows of one batch share a ``created`` and the newest event
+    among them wins).
     """
     from features.repo import FEATURE_SERVICES
     from features.views import FEATURE_VIEWS
@@ -60,7 +64,11 @@ def pandas_asof(settings: Settings, entity: pd.DataFrame, service_name: str) -> 
             pd.to_datetime(np.maximum(gold["event_timestamp"], gold["created"])), index=gold.index
         ).dt.tz_localize("UTC")
         gold["_row_ts"] = gold["event_timestamp"]
-        gold = gold.drop(columns=["event_timestamp", "created"]).sort_values("available_at")
+        # Among rows available at the same instant (written by one batch), the newest event wins,
+        # as in Feast's rule: a stable sort on (available_at, event_timestamp), merge_asof takes the last.
+        gold = gold.sort_values(["available_at", "_row_ts"], kind="stable").drop(
+            columns=["event_timestamp", "created"]
+        )
         out = pd.merge_asof(
             out,
             gold.rename(columns={n: f"{view.name}__{n}" for n in names}),
@@ -93,7 +101,16 @@ def agreement(training: pd.DataFrame, baseline: pd.DataFrame, columns: list[tupl
     return equal / total if total else float("nan")
 
 
-def bench_head(settings: Settings, head: str, as_of: datetime) -> dict[str, Any]:
+def with_offline_store(settings: Settings, store: str) -> Settings:
+    return settings.model_copy(update={"feast": settings.feast.model_copy(update={"offline_store": store})})
+
+
+STORES = {"stock": "spark", "sorted": "pipelines.offline_store.SortedSparkOfflineStore"}
+
+
+def bench_head(settings: Settings, head: str, as_of: datetime, stores: list[str]) -> dict[str, Any]:
+    """Build the head's training set with each offline store on the same inputs, check the frames
+    agree, time a merge_asof of the same rows, then fit and train on the last build."""
     from features.repo import FEATURE_SERVICES
     from features.views import FEATURE_VIEWS
     from models.heads import SERVICE_OF_HEAD, fit_booster
@@ -106,11 +123,19 @@ def bench_head(settings: Settings, head: str, as_of: datetime) -> dict[str, Any]
     )
     from pipelines.training.train import train_head
 
-    t0 = time.perf_counter()
-    built = build_training_set(settings, head, as_of)
-    build_s = time.perf_counter() - t0
-    frame, version = read_training_set(settings, head, built.version)
+    builds: dict[str, Any] = {}
+    frames: dict[str, pd.DataFrame] = {}
+    for name in stores:
+        t0 = time.perf_counter()
+        built = build_training_set(with_offline_store(settings, STORES[name]), head, as_of)
+        builds[name] = {"s": time.perf_counter() - t0, **built.seconds}
+        frames[name], version = read_training_set(settings, head, built.version)
+    frame = frames[stores[-1]]
     described = training_set_description(settings, head, version)
+    same = None
+    if len(frames) == 2:
+        a, b = (frames[n].sort_values("example_id").reset_index(drop=True) for n in stores)
+        same = bool(a.equals(b))
 
     service = {s.name: s for s in FEATURE_SERVICES}[SERVICE_OF_HEAD[head]]
     tables = {v.name for v in FEATURE_VIEWS}
@@ -139,7 +164,8 @@ def bench_head(settings: Settings, head: str, as_of: datetime) -> dict[str, Any]
         "rows": len(frame),
         "train_rows": int(split.train.sum()),
         "columns": len(built.columns),
-        "build_s": build_s,
+        "builds": builds,
+        "frames_equal": same,
         "pandas_asof_s": pandas_s,
         "agreement": agreement(frame, baseline, plain),
         "fit_s": fit_s,
@@ -152,14 +178,25 @@ def bench_head(settings: Settings, head: str, as_of: datetime) -> dict[str, Any]
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| head | rows | training-set build (Spark labels + Feast PIT join + Delta) | pandas merge_asof, same rows | values equal | LightGBM fit | fit rows/s | whole train_head |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| head | rows | offline store | training-set build | rows/s | of which labels / PIT join / write | "
+        "pandas merge_asof, same rows | PIT join / merge_asof | values equal to merge_asof |",
+        "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     for r in results:
+        for name, b in r["builds"].items():
+            lines.append(
+                f"| p_{r['head']} | {r['rows']:,} | {name} | {b['s']:.0f} s | {r['rows'] / b['s']:,.0f} | "
+                f"{b['labels']:.0f} / {b['point_in_time_join']:.0f} / {b['write']:.0f} s | "
+                f"{r['pandas_asof_s']:.1f} s | {b['point_in_time_join'] / r['pandas_asof_s']:.1f}x | "
+                f"{r['agreement']:.2%} |"
+            )
+    lines += ["", "| head | frames of both stores equal | LightGBM fit | fit rows/s | whole train_head |",
+              "| --- | --- | ---: | ---: | ---: |"]  # fmt: skip
+    for r in results:
         lines.append(
-            f"| p_{r['head']} | {r['rows']:,} | {r['build_s']:.0f} s ({r['rows'] / r['build_s']:,.0f} rows/s) "
-            f"| {r['pandas_asof_s']:.0f} s | {r['agreement']:.2%} | {r['fit_s']:.1f} s ({r['trees']} trees, "
-            f"{r['columns']} cols) | {r['train_rows'] / r['fit_s']:,.0f} | {r['train_head_s']:.0f} s |"
+            f"| p_{r['head']} | {'-' if r['frames_equal'] is None else 'yes' if r['frames_equal'] else 'NO'} | "
+            f"{r['fit_s']:.1f} s ({r['trees']} trees, {r['columns']} cols) | {r['train_rows'] / r['fit_s']:,.0f} | "
+            f"{r['train_head_s']:.0f} s |"
         )
     return "\n".join(lines)
 
@@ -173,6 +210,10 @@ def main() -> None:
     )
     parser.add_argument("--heads", nargs="+", default=["rsvp", "attend"], choices=["rsvp", "attend"])
     parser.add_argument("--as-of", help="train as of this instant (default: the simulated history's end)")
+    parser.add_argument(
+        "--stores", nargs="+", default=["stock", "sorted"], choices=list(STORES),
+        help="offline stores to build with, in order (the last build is the one trained on)",
+    )  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     settings = load_settings(home=args.home)
@@ -183,7 +224,7 @@ def main() -> None:
 
         manifest = json.loads((args.home / "simulator" / "manifest.json").read_text())
         as_of = datetime.fromisoformat(manifest["window_end"]).astimezone(UTC)
-    results = [bench_head(settings, head, as_of) for head in args.heads]
+    results = [bench_head(settings, head, as_of, args.stores) for head in args.heads]
     print(f"as of {as_of.isoformat()}, home {args.home}")
     print(table(results))
     for r in results:

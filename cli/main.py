@@ -171,20 +171,19 @@ def ingest(
 ) -> None:
     """Landing -> bronze -> silver for the files delivered in [start, end)."""
     from contracts.errors import DataContractError
-    from pipelines.ingest.run import build_silver, ingest_bronze
+    from pipelines.ingest.run import ingest_interval
 
     settings = _settings(profile)
     run_id = run_id or _new_run_id()
     t_start, t_end = _parse_instant(start), _parse_instant(end)
     try:
         with _progress("ingest") as progress:
-            bronze = ingest_bronze(settings, t_start, t_end, run_id, progress=progress)
-            silver = build_silver(settings, t_start, t_end, run_id, progress=progress)
+            report = ingest_interval(settings, t_start, t_end, run_id, progress=progress)
     except DataContractError as e:
         err.print(f"[red]data contract failed[/red]: {e}")
         raise typer.Exit(2) from e
-    err.print(render.ingestion(run_id, bronze, silver))
-    _emit({"run_id": run_id, "tables": bronze["tables"], "silver": silver["tables"]}, as_json)
+    err.print(render.ingestion(run_id, report))
+    _emit(report, as_json)
 
 
 @app.command()
@@ -350,6 +349,32 @@ def rollback(head: Head, as_json: JsonFlag = False, profile: Profile = None) -> 
         raise typer.Exit(2) from e
     err.print(f"p_{head}: champion is now version {report['champion']} (previous {report['previous']})")
     _emit(report, as_json)
+
+
+@app.command("mlflow-ui")
+def mlflow_ui(
+    port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    profile: Profile = None,
+) -> None:
+    """Serve the MLflow UI on the tracking store and artifact root the settings name.
+
+    Runs `mlflow server` in place of this process, so the runs, plots and registry aliases an
+    analyst browses are the ones the jobs wrote (with the cluster profile's server, open its URL).
+    """
+    import os
+    import shutil
+
+    settings = _settings(profile)
+    uri = settings.mlflow.tracking_uri
+    if uri.startswith(("http://", "https://")):
+        err.print(f"the tracking store is a server already: open {uri}")
+        raise typer.Exit(2)
+    mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
+    args = [mlflow, "server", "--host", host, "--port", str(port), "--workers", "1"]
+    args += ["--backend-store-uri", uri, "--default-artifact-root", settings.mlflow.artifact_root]
+    err.print(f"MLflow UI on http://{host}:{port} for {uri}")
+    os.execv(mlflow, args)
 
 
 @app.command()

@@ -36,13 +36,15 @@ def simulation(data: dict[str, Any], landing: str, seconds: float) -> Table:
     return table
 
 
-def ingestion(run_id: str, bronze: dict[str, Any], silver: dict[str, Any]) -> Table:
+def ingestion(run_id: str, report: dict[str, Any]) -> RenderableType:
+    if not report["tables"]:
+        return f"ingest {run_id}: nothing was delivered in [{report['start']}, {report['end']})"
     table = _table(
         f"ingest {run_id}: bronze counts (read = written + deduplicated + quarantined)",
         ("table", "read", "written", "deduplicated", "quarantined", "silver rows"),
     )
-    for name, c in bronze["tables"].items():
-        rows = silver["tables"].get(name, {}).get("rows", 0)
+    for name, c in report["tables"].items():
+        rows = report["silver"].get(name, {}).get("rows", 0)
         table.add_row(
             name, *(str(c[k]) for k in ("read", "written", "deduplicated", "quarantined")), str(rows)
         )

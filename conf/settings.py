@@ -79,6 +79,9 @@ class FeastSettings(_Strict):
     online_store: dict[str, str]
     # Online rows older than this are treated as missing by serving (Feast does not filter by TTL online).
     max_online_age_hours: int = Field(48, ge=1)
+    # Feast's offline store type: Feast's Spark store with the point-in-time join done by sorting
+    # (pipelines/offline_store.py), or "spark" for Feast's stock one (same frames, slower).
+    offline_store: str = "pipelines.offline_store.SortedSparkOfflineStore"
     # Where the Spark offline store writes a point-in-time join's result as Parquet for the
     # driver to read (a local path or s3://): collecting a training set through the driver's
     # JVM instead needs the whole result on its heap.

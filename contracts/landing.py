@@ -28,7 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-FieldKind = Literal["string", "id", "int", "double", "bool", "instant", "local_datetime", "zone", "string_list"]
+FieldKind = Literal[
+    "string", "id", "int", "double", "bool", "instant", "local_datetime", "zone", "string_list"
+]
 # What every id (users, events, requests, ...) looks like, in landing files and in API requests.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 

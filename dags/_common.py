@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple
 
-from airflow.sdk import Asset, CronDataIntervalTimetable, get_current_context
+from airflow.sdk import Asset, AssetAlias, CronDataIntervalTimetable, get_current_context
 from airflow.sdk.exceptions import AirflowFailException
 
 # A fixed past instant, never ``now()``: a moving start_date changes the DAG on every parse.
@@ -74,6 +74,10 @@ def silver_asset(table: str) -> Asset:
 
 
 SILVER_ASSETS: Final[tuple[Asset, ...]] = tuple(silver_asset(t) for t in SILVER_TABLES)
+# The ingest task's outlet: at run time it adds an event for each silver asset the interval
+# changed (``outlet_events[SILVER_DELIVERED].add(silver_asset(t))``), so an empty hour triggers
+# nothing downstream. Consumers schedule on the silver assets themselves.
+SILVER_DELIVERED: Final = AssetAlias(name="silver.delivered", group="silver")
 
 # Updated by the ``features`` DAG once gold is validated and materialized; its event's extra
 # carries ``{"end": ISO}``, the instant the features are complete up to.
@@ -127,8 +131,9 @@ def current_window() -> RunWindow:
     start, end = context.get("data_interval_start"), context.get("data_interval_end")
     if start is None or end is None:
         raise AirflowFailException(
-            "this run has no data interval: trigger it with a logical date, e.g. "
-            "`airflow dags trigger <dag> --logical-date 2026-01-01T01:00:00Z`"
+            "this run has no data interval: give it a logical date, e.g. "
+            "`airflow backfill create --dag-id <dag> --from-date ... --to-date ...` or "
+            'POST /api/v2/dags/<dag>/dagRuns {"logical_date": "2026-01-01T01:00:00Z"}'
         )
     if not start < end:
         raise AirflowFailException(

@@ -19,7 +19,7 @@ from _common import (
     fail_without_retry,
 )
 from airflow.sdk import AssetAny, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 
 def resolve_window(context: Any) -> dict[str, str]:
@@ -89,6 +89,8 @@ def features() -> None:
     4. **materialize**: `pipelines.features.materialize.materialize` writes each feature view's new
        window to the online store; it never writes a window ending before the last one. Then
        updates the `gold.features` asset (extra `{"end": ISO}`), which triggers `train_rsvp`.
+       When no view moved forward (a past interval re-run, an interval already materialized)
+       the task is *skipped*: no `gold.features` event, no training run on stale features.
 
     **Failures.** A data-contract failure (`DataContractError`) fails without retries: fix the job
     or the data, then clear the task. Anything else is retried twice. Every step is idempotent.
@@ -135,6 +137,11 @@ def features() -> None:
         from pipelines.features.materialize import materialize
 
         report = materialize(load_settings(), end=datetime.fromisoformat(window["end"]))
+        if not any(v["status"] == "materialized" for v in report["views"].values()):
+            # Nothing new reached the online store (every view up to date, behind or without a
+            # gold table): a skipped task emits no asset event, so no training run follows.
+            statuses = {name: v["status"] for name, v in report["views"].items()}
+            raise AirflowSkipException(f"no feature view materialized up to {window['end']}: {statuses}")
         # Tells the training DAGs how far the features they are triggered by reach.
         get_current_context()["outlet_events"][GOLD_FEATURES].extra = {"end": window["end"]}
         return report

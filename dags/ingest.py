@@ -5,8 +5,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from _common import SILVER_ASSETS, START_DATE, current_window, default_args, fail_without_retry, hourly_utc
-from airflow.sdk import dag, task
+from _common import (
+    SILVER_DELIVERED,
+    START_DATE,
+    current_window,
+    default_args,
+    fail_without_retry,
+    hourly_utc,
+    silver_asset,
+)
+from airflow.sdk import dag, get_current_context, task
 
 
 @dag(
@@ -28,47 +36,50 @@ def ingest() -> None:
     Each run covers the landing files **delivered** in its data interval
     `[data_interval_start, data_interval_end)`: the hour that just ended, UTC.
 
-    1. **bronze**: `pipelines.ingest.run.ingest_bronze` gates every landing batch, quarantines
-       unusable rows to `quarantine.landing` and MERGEs typed, deduplicated rows into
-       `bronze.<entity>`. Its XCom counts rows read / written / deduplicated / quarantined per table.
-    2. **silver**: `pipelines.ingest.run.build_silver` MERGEs the newest version of each key
-       delivered in the interval into `silver.<entity>`, then updates the `silver.*` assets
-       (`turnout://silver/<table>`) that downstream DAGs schedule on.
+    One task, one Spark session (`pipelines.ingest.run.ingest_interval`):
+
+    1. **bronze**: gates the whole delivery in one pass, quarantines unusable rows to
+       `quarantine.landing` and MERGEs typed, deduplicated rows into `bronze.<entity>`.
+    2. **silver**: MERGEs the newest version of each key delivered in the interval into
+       `silver.<entity>`, for the entities that had lines in it.
+    3. Announces `turnout://silver/<table>` (the assets downstream DAGs schedule on) only for the
+       tables the interval changed, through the `silver.delivered` alias: an hour in which nothing
+       was delivered writes nothing and triggers nothing. The XCom holds the counts per table.
 
     **Failures.** A delivery that breaks its data contract (`DataContractError`) fails the task
     at once, without retries: fix or re-deliver the export, then clear the task. Anything else is
     retried twice, five minutes apart. Re-running an interval is safe: every write is a MERGE
     on a stable id.
 
-    **Re-running an hour:** clear its run (it keeps its interval). A new manual run needs a logical
-    date and ingests the hour that *ends* at or before it: `--logical-date 2026-03-01T10:00:00Z`
-    covers 09:00-10:00, whereas the scheduled run for that hour has logical date 09:00.
+    **Re-running an hour:** clear its run (it keeps its interval). **Running past hours:**
+    `airflow backfill create --dag-id ingest --from-date 2026-03-01T09:00:00+00:00
+    --to-date 2026-03-01T12:00:00+00:00` (the scheduler runs one hour after another), or
+    `POST /api/v2/dags/ingest/dagRuns` with `{"logical_date": "2026-03-01T10:00:00Z"}`, which covers
+    09:00-10:00. (`airflow dags trigger --logical-date` ran the wall clock's hour on Airflow 3.3.2.)
     """
 
     # multiple_outputs=False: the report is one XCom, not one XCom per top-level key.
-    @task(multiple_outputs=False)
-    def bronze() -> dict[str, Any]:
+    @task(multiple_outputs=False, outlets=[SILVER_DELIVERED])
+    def ingest_interval() -> dict[str, Any]:
         # Imported here, not at module level: a DAG file is parsed every few seconds, and
         # pipelines pulls in Spark and great-expectations once a job runs.
         from conf import load_settings
         from contracts.errors import DataContractError
-        from pipelines.ingest.run import ingest_bronze
+        from pipelines.ingest.run import ingest_interval
 
         window = current_window()
         with fail_without_retry(DataContractError):
-            return ingest_bronze(load_settings(), start=window.start, end=window.end, run_id=window.run_id)
+            report = ingest_interval(
+                load_settings(), start=window.start, end=window.end, run_id=window.run_id
+            )
+        events = get_current_context()["outlet_events"][SILVER_DELIVERED]
+        for table in report["delivered"]:
+            events.add(
+                silver_asset(table), extra={"start": window.start.isoformat(), "end": window.end.isoformat()}
+            )
+        return report
 
-    @task(multiple_outputs=False, outlets=list(SILVER_ASSETS))
-    def silver() -> dict[str, Any]:
-        from conf import load_settings
-        from contracts.errors import DataContractError
-        from pipelines.ingest.run import build_silver
-
-        window = current_window()
-        with fail_without_retry(DataContractError):
-            return build_silver(load_settings(), start=window.start, end=window.end, run_id=window.run_id)
-
-    bronze() >> silver()
+    ingest_interval()
 
 
 ingest()

@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 
 
 def offline_store_config(settings: Settings) -> dict[str, Any]:
-    """The Spark offline store, with every Spark setting turnout relies on."""
+    """The offline store ``settings.feast.offline_store`` names (a Spark one), with every Spark
+    setting turnout relies on."""
     from pipelines.spark import spark_conf
 
     return {
-        "type": "spark",
+        "type": settings.feast.offline_store,
         "staging_location": settings.feast.staging_location,
         "spark_conf": spark_conf(settings),
     }

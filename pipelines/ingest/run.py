@@ -134,13 +134,16 @@ def ingest_bronze(
 ) -> dict[str, Any]:
     """Landing files delivered in [start, end) -> bronze Delta tables + quarantine.
 
-    Every entity's batch is gated first; if any gate fails nothing is written and
-    ``DataContractError`` names every failure. Returns ``IngestReport.to_dict()``.
+    The whole delivery is gated first, in one pass (``expectations.batch_summary``); if the gate
+    fails nothing is written and ``DataContractError`` names every failing entity and check.
+    Entities with no file in the interval are not touched. Returns ``IngestReport.to_dict()``.
     """
+    from functools import reduce
+
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from pipelines.ingest.expectations import allowed_bad_share, validate_batch
+    from pipelines.ingest.expectations import USABLE, batch_summary, validate_summary
     from pipelines.ingest.transforms import dedupe_versions, parse_landing, split_valid
     from pipelines.spark import get_spark
 
@@ -149,44 +152,46 @@ def ingest_bronze(
     names = list(entities or ENTITIES)
     report = IngestReport(run_id=run_id, start=start_key, end=end_key)
 
-    batches: dict[str, tuple[DataFrame, int]] = {}
-    failures: list[str] = []
-    for i, name in enumerate(names):
-        if progress:
-            progress(f"validate {name}", i, len(names))
+    if progress:
+        progress("read and gate the delivery", 0, 1)
+    parsed: dict[str, DataFrame] = {}
+    for name in names:
         raw = read_landing(spark, settings.landing.root, name, start_key, end_key)
-        if raw is None:
-            continue
-        parsed = parse_landing(raw, ENTITIES[name]).persist(StorageLevel.MEMORY_AND_DISK)
-        rows = parsed.count()
-        if rows == 0:
-            parsed.unpersist()
-            continue
+        if raw is not None:
+            parsed[name] = parse_landing(raw, ENTITIES[name]).persist(StorageLevel.MEMORY_AND_DISK)
+    summary = batch_summary(parsed, ENTITIES) if parsed else None
+    rows = {} if summary is None else dict(zip(summary["entity"], summary["rows"], strict=False))
+    for name in [n for n in parsed if not rows.get(n)]:  # files, but no line in the interval
+        parsed.pop(name).unpersist()
+    if summary is not None and parsed:
         cfg = settings.ingest
-        share = allowed_bad_share(rows, cfg.max_quarantine_fraction, cfg.min_quarantined_to_fail)
-        gate = validate_batch(parsed, ENTITIES[name], share)
+        gate = validate_summary(summary, cfg.max_quarantine_fraction, cfg.min_quarantined_to_fail)
         if not gate.success:
-            failures.append(gate.report())
-        batches[name] = (parsed, rows)
-    if failures:
-        for df, _ in batches.values():
-            df.unpersist()
-        raise DataContractError(
-            f"ingest {start_key}..{end_key}: {len(failures)} landing batch(es) failed their gate, "
-            "nothing was written:\n  " + "\n  ".join(failures)
-        )
+            for df in parsed.values():
+                df.unpersist()
+            raise DataContractError(
+                f"ingest {start_key}..{end_key}: {len(gate.failures)} landing check(s) failed their gate, "
+                "nothing was written:\n  " + "\n  ".join(gate.failures)
+            )
+    unusable: dict[str, int] = {}
+    if summary is not None:
+        usable = summary[summary["check"] == USABLE]
+        unusable = dict(zip(usable["entity"].astype(str), usable["failing"].astype(int), strict=True))
 
-    quarantine_path = settings.lake.table_path(*QUARANTINE_TABLE)
-    for i, (name, (parsed, rows)) in enumerate(batches.items()):
+    # One quarantine write for the whole delivery.
+    bad_rows = [
+        _quarantine_rows(split_valid(df)[1], name, run_id) for name, df in parsed.items() if unusable[name]
+    ]
+    if bad_rows:
+        quarantine = reduce(lambda a, b: a.unionByName(b), bad_rows)
+        _merge_insert_only(spark, settings.lake.table_path(*QUARANTINE_TABLE), quarantine, "_quarantine_id")
+    for i, (name, frame) in enumerate(parsed.items()):
         if progress:
-            progress(f"write {name}", i, len(batches))
+            progress(f"bronze {name}", i, len(parsed))
         entity = ENTITIES[name]
-        valid, bad = split_valid(parsed)
-        counts = TableCounts(read=rows, quarantined=bad.count())
-        if counts.quarantined:
-            _merge_insert_only(spark, quarantine_path, _quarantine_rows(bad, name, run_id), "_quarantine_id")
+        counts = TableCounts(read=int(rows[name]), quarantined=unusable[name])
         versions = (
-            dedupe_versions(valid, entity)
+            dedupe_versions(split_valid(frame)[0], entity)
             .drop("_raw", "_reason")
             .withColumns({"_run_id": F.lit(run_id), "_ingested_at": F.current_timestamp()})
         )
@@ -194,11 +199,11 @@ def ingest_bronze(
             spark, settings.lake.table_path("bronze", name), versions, "_record_id"
         )
         counts.deduplicated = counts.read - counts.quarantined - counts.written
-        parsed.unpersist()
+        frame.unpersist()
         report.tables[name] = counts
         log.info("bronze.%s %s", name, asdict(counts))
     if progress:
-        progress("bronze done", len(batches), len(batches))
+        progress("bronze done", 1, 1)
     return report.to_dict()
 
 
@@ -206,7 +211,8 @@ def _silver_rows(bronze: DataFrame, entity: LandingEntity) -> DataFrame:
     from pipelines.ingest.transforms import latest_versions, symmetric_friendships
 
     latest = latest_versions(bronze, entity)
-    columns = [c for c in latest.columns if not c.startswith("_") or c == "_record_id"]
+    # The delivery hour stays: a job rebuilding an interval reads what had been delivered by then.
+    columns = [c for c in latest.columns if not c.startswith("_") or c in ("_record_id", "_delivered")]
     latest = latest.select(*columns)
     if entity.name == "friendships":
         return symmetric_friendships(latest)
@@ -258,3 +264,31 @@ def build_silver(
         out[name] = {"merged": merged, "rows": total}
         log.info("silver.%s merged %d (now %d rows)", name, merged, total)
     return {"run_id": run_id, "start": start_key, "end": end_key, "tables": out}
+
+
+def ingest_interval(
+    settings: Settings,
+    start: datetime | None,
+    end: datetime | None,
+    run_id: str,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Landing delivered in [start, end) -> bronze -> silver, in one Spark session.
+
+    Silver is rebuilt only for the entities that had lines in the interval (an empty hour writes
+    nothing). Returns the bronze report with ``silver`` (per table ``merged`` and ``rows``) and
+    ``delivered``: the silver tables the interval changed (the assets to announce downstream).
+    """
+    bronze = ingest_bronze(settings, start, end, run_id, progress=progress)
+    touched = [name for name, counts in bronze["tables"].items() if counts["read"]]
+    silver = (
+        build_silver(settings, start, end, run_id, progress=progress, entities=touched) if touched else None
+    )
+    tables = silver["tables"] if silver else {}
+    return {
+        **bronze,
+        "silver": tables,
+        "delivered": sorted(
+            name for name, t in tables.items() if t["merged"] or bronze["tables"][name]["written"]
+        ),
+    }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -63,6 +64,7 @@ class TrainingSet:
     counts: dict[str, Any]
     source_versions: dict[str, int]
     columns: list[str]  # model input columns
+    seconds: dict[str, float]  # labels (Spark), point_in_time_join (Feast), write (Delta)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,6 +131,7 @@ def build_training_set(
     cfg = settings.training
     as_of = as_of.astimezone(UTC)
     start = as_of - (window or timedelta(days=cfg.window_days))
+    clock = time.perf_counter()
     spark = get_spark(settings)
     versions = source_versions(spark, settings)
     counts: ExampleCounts
@@ -164,6 +167,8 @@ def build_training_set(
     rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(staged)
     spark.catalog.clearCache()  # the labelled frames were cached for their counts
     entity = spark.read.format("delta").load(staged)
+    seconds = {"labels": time.perf_counter() - clock}
+    clock = time.perf_counter()
 
     service_name = SERVICE_OF_HEAD[head]
     features = service_feature_names(get_store(settings).get_feature_service(service_name))
@@ -172,6 +177,8 @@ def build_training_set(
     matrix = to_model_frame(joined, features, settings.index.embedding_dim)
     meta = joined[[*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS]]
     frame = _typed(pd.concat([meta, matrix], axis=1))
+    seconds["point_in_time_join"] = time.perf_counter() - clock
+    clock = time.perf_counter()
 
     path = training_set_path(settings, head)
     description = {
@@ -195,7 +202,8 @@ def build_training_set(
         .save(path)
     )
     version = table_version(spark, path)
-    log.info("training set %s version %d: %d rows", path, version, len(frame))
+    seconds = {**{k: round(v, 2) for k, v in seconds.items()}, "write": round(time.perf_counter() - clock, 2)}
+    log.info("training set %s version %d: %d rows, seconds %s", path, version, len(frame), seconds)
     return TrainingSet(
         head=head,
         service=service_name,
@@ -208,6 +216,7 @@ def build_training_set(
         counts=counts.to_dict(),
         source_versions=versions,
         columns=model_columns(features, settings.index.embedding_dim),
+        seconds=seconds,
     )
 
 

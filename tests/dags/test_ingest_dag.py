@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from _common import SILVER_TABLES, fail_without_retry
+from _common import fail_without_retry
 
 from tests.dags.conftest import AirflowTestEnv
 
@@ -51,37 +51,40 @@ def _timed_test(dag: DAG, **kwargs: Any) -> DagRun:
 # --- wiring, with the pipelines jobs replaced by recorders (no Spark; a few seconds) ---------
 
 
-def test_ingest_passes_one_utc_hour_and_run_id_to_both_jobs(
+def test_ingest_passes_one_utc_hour_and_run_id_and_announces_only_delivered_tables(
     dagbag: DagBag, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import pipelines.ingest.run as ingest_run
 
-    calls: list[tuple[str, datetime, datetime, str]] = []
+    calls: list[tuple[datetime, datetime, str]] = []
 
-    def recorder(name: str) -> Callable[..., dict[str, Any]]:
-        def job(settings: Any, start: datetime, end: datetime, run_id: str) -> dict[str, Any]:
-            calls.append((name, start, end, run_id))
-            return {"job": name, "tables": {"users": {"read": 3, "written": 3}}}
+    def job(settings: Any, start: datetime, end: datetime, run_id: str) -> dict[str, Any]:
+        calls.append((start, end, run_id))
+        return {"tables": {"users": {"read": 3, "written": 3}}, "delivered": ["users", "rsvps"]}
 
-        return job
-
-    monkeypatch.setattr(ingest_run, "ingest_bronze", recorder("bronze"))
-    monkeypatch.setattr(ingest_run, "build_silver", recorder("silver"))
+    monkeypatch.setattr(ingest_run, "ingest_interval", job)
 
     run = _timed_test(dagbag.dags["ingest"], logical_date=HOUR_END)
 
     assert run.state == "success", _states(run)
     assert (run.data_interval_start, run.data_interval_end) == (HOUR_START, HOUR_END)
-    assert calls == [
-        ("bronze", HOUR_START, HOUR_END, run.run_id),
-        ("silver", HOUR_START, HOUR_END, run.run_id),
-    ]
-    bronze_ti = next(ti for ti in run.get_task_instances() if ti.task_id == "bronze")
-    assert bronze_ti.xcom_pull(task_ids="bronze") == {
-        "job": "bronze",
-        "tables": {"users": {"read": 3, "written": 3}},
-    }
-    assert _asset_uris_updated_by(run) == sorted(f"turnout://silver/{t}" for t in SILVER_TABLES)
+    assert calls == [(HOUR_START, HOUR_END, run.run_id)]
+    ti = next(ti for ti in run.get_task_instances() if ti.task_id == "ingest_interval")
+    assert ti.xcom_pull(task_ids="ingest_interval")["delivered"] == ["users", "rsvps"]
+    assert _asset_uris_updated_by(run) == ["turnout://silver/rsvps", "turnout://silver/users"]
+
+
+def test_an_hour_with_nothing_delivered_announces_nothing(
+    dagbag: DagBag, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pipelines.ingest.run as ingest_run
+
+    monkeypatch.setattr(ingest_run, "ingest_interval", lambda *_, **__: {"tables": {}, "delivered": []})
+
+    run = _timed_test(dagbag.dags["ingest"], logical_date=HOUR_END + timedelta(hours=2))
+
+    assert run.state == "success", _states(run)
+    assert _asset_uris_updated_by(run) == []
 
 
 @pytest.fixture
@@ -105,12 +108,12 @@ def test_ingest_fails_at_once_on_a_data_contract_error(
     def broken_delivery(*_: Any, **__: Any) -> dict[str, Any]:
         raise ingest_run.DataContractError("events: 61% of rows unusable")
 
-    monkeypatch.setattr(ingest_run, "ingest_bronze", broken_delivery)
+    monkeypatch.setattr(ingest_run, "ingest_interval", broken_delivery)
 
     run = _timed_test(ingest_without_retry_delay, logical_date=HOUR_END + timedelta(hours=1))
 
     assert run.state == "failed"
-    assert _states(run) == {"bronze": ("failed", 1), "silver": ("upstream_failed", 0)}
+    assert _states(run) == {"ingest_interval": ("failed", 1)}
     assert _asset_uris_updated_by(run) == []
 
 
@@ -126,12 +129,12 @@ def test_ingest_refuses_a_run_without_a_data_interval(
         calls.append(kwargs)
         return {}
 
-    monkeypatch.setattr(ingest_run, "ingest_bronze", job)
+    monkeypatch.setattr(ingest_run, "ingest_interval", job)
 
     run = _timed_test(ingest_without_retry_delay, logical_date=None)
 
     assert (run.data_interval_start, run.data_interval_end) == (None, None)
-    assert _states(run) == {"bronze": ("failed", 1), "silver": ("upstream_failed", 0)}
+    assert _states(run) == {"ingest_interval": ("failed", 1)}
     assert calls == []
 
 
@@ -231,6 +234,7 @@ def test_ingest_dag_builds_silver_from_simulated_landing(dagbag: DagBag, airflow
     }
     print(f"ingested {hour:%Y-%m-%dT%H}Z; silver rows: {rows}")
     assert all(n > 0 for n in rows.values()), rows
-    silver_ti = next(ti for ti in run.get_task_instances() if ti.task_id == "silver")
-    report = silver_ti.xcom_pull(task_ids="silver")
-    assert set(report["tables"]) >= delivered, report
+    ti = next(ti for ti in run.get_task_instances() if ti.task_id == "ingest_interval")
+    report = ti.xcom_pull(task_ids="ingest_interval")
+    assert set(report["delivered"]) == delivered, report
+    assert _asset_uris_updated_by(run) == sorted(f"turnout://silver/{t}" for t in delivered)

@@ -170,6 +170,21 @@ def test_training_frame_matches_the_brute_force_oracle(pit) -> None:  # type: ig
     assert late > 10 and restated > 2 and ttl_edge > 2, (late, restated, ttl_edge)
 
 
+@pytest.mark.parametrize("by_created", [True, False])
+def test_the_sorted_store_and_feasts_stock_spark_store_return_identical_frames(pit, by_created) -> None:  # type: ignore[no-untyped-def]
+    """The sorted point-in-time join behind the same API gives the stock store's frame, value for
+    value, with and without the created-timestamp rule (ties, restatements and TTL edges included)."""
+    settings, _, labels = pit
+    assert settings.feast.offline_store.endswith("SortedSparkOfflineStore")
+    stock_store = settings.model_copy(
+        update={"feast": settings.feast.model_copy(update={"offline_store": "spark"})}
+    )
+    stock = retrieval.historical_features(stock_store, labels, REFS, by_created)
+    sorted_ = retrieval.historical_features(settings, labels, REFS, by_created)
+    pd.testing.assert_frame_equal(sorted_, stock, check_dtype=False)
+    assert stock[list(FEATURES.values())].notna().sum().min() > 10  # not a frame of missing values
+
+
 def test_without_the_created_filter_feast_leaks_late_writes_into_the_past(pit) -> None:  # type: ignore[no-untyped-def]
     """Why historical_features passes filter_by_created_timestamp: Feast's default join leaks."""
     settings, history, labels = pit

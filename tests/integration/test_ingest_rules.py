@@ -171,7 +171,7 @@ def test_a_run_killed_midway_and_rerun_leaves_no_duplicates(spark, tmp_path) -> 
     deliver(clean)
 
     def die_before_events(label: str, done: int, total: int) -> None:
-        if label == "write events":
+        if label == "bronze events":
             raise Killed(label)
 
     with pytest.raises(Killed):
@@ -203,4 +203,6 @@ def test_ingesting_again_or_from_a_moved_home_adds_no_quarantine_row(spark, tmp_
     shutil.copytree(home, moved.home)
     report = ingest_bronze(moved, None, None, run_id="run-3")
     assert report["tables"]["events"]["quarantined"] == 1  # counted again, stored once
-    assert sorted(r["_quarantine_id"] for r in _table(spark, moved, "quarantine", "landing").collect()) == first
+    assert (
+        sorted(r["_quarantine_id"] for r in _table(spark, moved, "quarantine", "landing").collect()) == first
+    )

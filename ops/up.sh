@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# `make up`: the turnout deployment on this machine, every piece a real server.
+#
+#   Airflow 3   api-server (UI + REST), scheduler (LocalExecutor), dag-processor, triggerer
+#   MLflow      tracking server + UI over the home's registry (the same sqlite file the jobs use)
+#   turnout     the feed service (`turnout serve`), following new champions and index versions
+#
+# State: $TURNOUT_HOME (airflow/ holds Airflow's home and metadata DB). Each server runs in a
+# process group of its own, with its pid in $TURNOUT_HOME/run/<name>.pid and its log in
+# $TURNOUT_HOME/logs/<name>.log; `make down` (ops/down.sh) stops each whole group, workers
+# included. Ports: AIRFLOW_PORT (8080), MLFLOW_PORT (5000), FEED_PORT (8765).
+# FEED_NOW pins the feed service's clock (e.g. the demo's 2026-11-09T00:00Z); unset, it follows the wall clock.
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="${BIN:-$REPO/.venv/bin}"
+export TURNOUT_HOME="${TURNOUT_HOME:-$REPO/.turnout}"
+AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
+MLFLOW_PORT="${MLFLOW_PORT:-5000}"
+FEED_PORT="${FEED_PORT:-8765}"
+RUN="$TURNOUT_HOME/run"
+LOGS="$TURNOUT_HOME/logs"
+mkdir -p "$RUN" "$LOGS" "$TURNOUT_HOME/airflow"
+
+# shellcheck source=ops/airflow-env.sh
+source "$REPO/ops/airflow-env.sh"
+
+free_port() { "$BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Airflow's per-process log servers default to 8793/8794, which other services on a shared
+# machine often hold: give them free ports.
+export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT:-$(free_port)}"
+export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT:-$(free_port)}"
+
+start() { # name, command...: run it in its own session (process group), detached.
+  local name="$1"; shift
+  if [[ -f "$RUN/$name.pid" ]] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
+    echo "  $name already running (pid $(cat "$RUN/$name.pid"))"
+    return
+  fi
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! >"$RUN/$name.pid"
+  echo "  $name started (pid $!, log $LOGS/$name.log)"
+}
+
+wait_http() { # name, url, seconds
+  local deadline=$((SECONDS + $3))
+  until curl -fsS -o /dev/null "$2" 2>/dev/null; do
+    if ((SECONDS > deadline)); then
+      echo "$1 did not answer $2 within $3 s; last log lines:" >&2
+      tail -n 20 "$LOGS/$1.log" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+  echo "  $1 answers at $2"
+}
+
+echo "turnout up: TURNOUT_HOME=$TURNOUT_HOME"
+"$BIN/airflow" db migrate >>"$LOGS/airflow-db.log" 2>&1
+start airflow-api "$BIN/airflow" api-server --port "$AIRFLOW_PORT"
+start airflow-scheduler "$BIN/airflow" scheduler
+start airflow-dag-processor "$BIN/airflow" dag-processor
+start airflow-triggerer "$BIN/airflow" triggerer
+mkdir -p "$TURNOUT_HOME/mlflow"
+start mlflow "$BIN/turnout" mlflow-ui --port "$MLFLOW_PORT"
+feed_args=(serve --port "$FEED_PORT")
+[[ -n "${FEED_NOW:-}" ]] && feed_args+=(--now "$FEED_NOW")
+start feed "$BIN/turnout" "${feed_args[@]}"
+
+wait_http airflow-api "http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health" 180
+wait_http mlflow "http://127.0.0.1:$MLFLOW_PORT/health" 120
+echo
+echo "  Airflow UI  http://127.0.0.1:$AIRFLOW_PORT   (DAGs start paused: unpause or trigger them there)"
+echo "  MLflow UI   http://127.0.0.1:$MLFLOW_PORT"
+echo "  Feed        http://127.0.0.1:$FEED_PORT/v1/feed?user_id=u0000001   (/healthz while it loads)"
+echo "  Stop all:   make down"
