@@ -571,5 +571,40 @@ bench_app = typer.Typer(
 bench_app.command("serving")(bench_serving)
 app.add_typer(bench_app, name="bench")
 
+import_app = typer.Typer(help="Map real data into the landing schema.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+DEFAULT_MEETUP = Path(__file__).resolve().parents[2] / "shared" / "data" / "meetup"
+
+
+@import_app.command("meetup")
+def import_meetup(
+    source: Annotated[
+        Path, typer.Option(help="Folder with the crawl's events/members/rsvps .csv.gz.")
+    ] = DEFAULT_MEETUP,
+    members: Annotated[int | None, typer.Option(help="Only the first N members (a small run).")] = None,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Map the public 2013 Meetup crawl into the landing zone (then `turnout ingest` as usual).
+
+    Fields the crawl lacks are filled with stated constants or imputed, and counted; records that
+    cannot be mapped are skipped and counted. See importers/meetup.py for each field's rule.
+    """
+    from importers.meetup import import_meetup as run_import
+
+    settings = _settings(profile)
+    if not (source / "events.csv.gz").is_file():
+        err.print(f"[red]no crawl at {source}[/red] (expected events.csv.gz, members.csv.gz, rsvps.csv.gz)")
+        raise typer.Exit(2)
+    try:
+        report = run_import(source, Path(settings.landing.root), members=members).to_dict()
+    except FileExistsError as e:
+        err.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from e
+    err.print(render.meetup_import(report, settings.landing.root))
+    _emit(report, as_json)
+
+
 if __name__ == "__main__":
     app()

@@ -51,6 +51,22 @@ def ingestion(run_id: str, report: dict[str, Any]) -> RenderableType:
     return table
 
 
+def meetup_import(report: dict[str, Any], landing: str) -> RenderableType:
+    written = _table(f"meetup crawl -> landing, delivered {report['delivered'][:13]}Z", ("entity", "records"))
+    for name, n in report["written"].items():
+        written.add_row(name, f"{n:,}")
+    notes = _table("not in the crawl: filled in (see importers/meetup.py)", ("field", "records"))
+    for name, n in report["filled"].items():
+        notes.add_row(name, f"{n:,}")
+    skipped = {k: v for k, v in report["skipped"].items() if v}
+    return Group(
+        written,
+        notes,
+        f"written under {landing}; skipped: "
+        + (", ".join(f"{k}: {v:,}" for k, v in skipped.items()) if skipped else "nothing"),
+    )
+
+
 def gold(report: dict[str, Any]) -> RenderableType:
     table = _table(
         f"gold feature tables, run {report['run_id']}", ("table", "inserted", "updated", "deleted")

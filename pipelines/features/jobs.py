@@ -126,12 +126,15 @@ def _merge_window(
     values = [c for c in rows.columns if c not in (*keys, "event_timestamp", "created")]
     on = " AND ".join(f"t.{k} <=> s.{k}" for k in (*keys, "event_timestamp"))
     changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in values) or "false"
+    # A run never overwrites or deletes what a run with a later end wrote (``created`` is at most
+    # the writing run's end): re-running a past interval after newer ones leaves their rows alone.
+    not_newer = "true" if hi is None else f"t.created <= TIMESTAMP '{hi:%Y-%m-%d %H:%M:%S}'"
     metrics = (
         table.alias("t")
         .merge(rows.alias("s"), on)
-        .whenMatchedUpdateAll(condition=changed)
+        .whenMatchedUpdateAll(condition=f"({changed}) AND s.created >= t.created")
         .whenNotMatchedInsertAll()
-        .whenNotMatchedBySourceDelete(condition=in_window("t."))
+        .whenNotMatchedBySourceDelete(condition=f"{in_window('t.')} AND {not_newer}")
         .execute()
         .first()
     )

@@ -63,12 +63,36 @@ def _hour_key(t: datetime | None, default: str) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H")
 
 
-def _path_exists(spark: SparkSession, path: str) -> bool:
+def _hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """The Hadoop file system that holds ``path`` (local, HDFS, s3a, ...) and the path on it."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
+
+
+def _path_exists(spark: SparkSession, path: str) -> bool:
+    fs, hadoop_path = _hadoop_fs(spark, path)
     return bool(fs.exists(hadoop_path))
+
+
+def delivered_partitions(spark: SparkSession, path: str, start_key: str, end_key: str) -> list[str]:
+    """The ``delivered=<hour>`` folders under ``path`` with start_key <= hour < end_key.
+
+    One listing of the entity's folder instead of Spark's partition discovery over every
+    delivered hour: an hourly run reads one folder per entity, and an entity with none is
+    skipped without a Spark job.
+    """
+    fs, hadoop_path = _hadoop_fs(spark, path)
+    if not fs.exists(hadoop_path):
+        return []
+    found = []
+    for status in fs.listStatus(hadoop_path):
+        name = status.getPath().getName()
+        hour = name.removeprefix("delivered=")
+        if status.isDirectory() and name.startswith("delivered=") and start_key <= hour < end_key:
+            found.append(f"{path.rstrip('/')}/{name}")  # spelled like basePath, scheme and all
+    return sorted(found)
 
 
 def read_landing(
@@ -78,14 +102,11 @@ def read_landing(
     from pyspark.sql import functions as F
 
     path = f"{root.rstrip('/')}/{entity}"
-    if not _path_exists(spark, path):
+    folders = delivered_partitions(spark, path, start_key, end_key)
+    if not folders:
         return None
-    lines = (
-        spark.read.option("basePath", path)
-        .option("recursiveFileLookup", "false")
-        .text(path)
-        .filter((F.col("delivered") >= start_key) & (F.col("delivered") < end_key))
-    )
+    # basePath keeps ``delivered`` as a partition column of the folders read.
+    lines = spark.read.option("basePath", path).option("recursiveFileLookup", "false").text(folders)
     # The file's path inside the landing zone, not its absolute URI: a quarantine row's id is
     # derived from it, and a home that was moved or copied must not quarantine the same line again.
     relative = F.regexp_extract(F.input_file_name(), rf"({re.escape(entity)}/delivered=[^/]+/[^/]+)$", 1)

@@ -61,8 +61,6 @@ def reliability_plot(
     seg = np.asarray(segments).astype(str)
     tables = []
     fig, ax = plt.subplots(figsize=(6, 6))
-    top = max(float(p_arr.max(initial=0.0)), float(y_arr.mean()) * 2, 0.05)
-    ax.plot([0, top], [0, top], color="grey", linestyle="--", linewidth=1, label="perfect")
     for name in ["all", *np.unique(seg)]:
         mask = np.ones(len(seg), bool) if name == "all" else seg == name
         if mask.sum() < 100:
@@ -76,6 +74,16 @@ def reliability_plot(
             linewidth=2 if name == "all" else 1,
             label=f"{name} (n={int(mask.sum())})",
         )
+    # Axes end just past the bins drawn, not at the largest single prediction, so the region
+    # where the data lies fills the plot.
+    drawn = (
+        pd.concat(tables, ignore_index=True) if tables else pd.DataFrame({"predicted": [], "observed": []})
+    )
+    top = 1.1 * max(float(drawn["predicted"].max()), float(drawn["observed"].max())) if len(drawn) else 1.0
+    top = min(max(top, 0.01), 1.0)
+    ax.plot([0, top], [0, top], color="grey", linestyle="--", linewidth=1, label="perfect")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
     ax.set_xlabel("predicted probability (bin mean)")
     ax.set_ylabel("observed rate")
     ax.set_title(title)
@@ -107,7 +115,8 @@ def importance_plot(booster: Any, title: str, path: Path, top: int = 30) -> pd.D
     shown = table.head(top).iloc[::-1]
     fig, ax = plt.subplots(figsize=(7, 0.25 * len(shown) + 1.5))
     ax.barh(shown["feature"], shown["gain"])
-    ax.set_xlabel("total gain")
+    ax.set_xlabel("total gain (sum of the loss reductions of the feature's splits)")
+    ax.set_ylabel(f"feature (top {len(shown)} of {len(table)} by gain)")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -343,12 +343,22 @@ def _compile(head: Head, directory: Path) -> list[Path]:
 
 
 def log_run(
-    settings: Settings, data: TrainingData, trained: Head, metrics: dict[str, float], decision: Decision
+    settings: Settings,
+    data: TrainingData,
+    trained: Head,
+    metrics: dict[str, float],
+    decision: Decision,
+    started: datetime | None = None,
 ) -> str:
     """One MLflow run: params, tags (schema hash, tower, data versions, decision), metrics,
-    reliability and importance plots, and the model with its sidecar and compiled trees."""
+    reliability and importance plots, and the model with its signature, sidecar and compiled trees.
+
+    ``started`` (when ``train_head`` began) becomes the run's start time, so the duration the
+    MLflow UI shows is the whole training run, not only the logging at its end.
+    """
     import mlflow
     from lightgbm import __version__ as lgb_version
+    from mlflow.models import infer_signature
 
     head, split, described = data.head, data.split, data.described
     registry.configure(settings)
@@ -356,7 +366,10 @@ def log_run(
     params = {**DEFAULT_PARAMS, **settings.training.lightgbm}
     xt, yt = data.x[split.test], data.y[split.test]
     seg_t = segments(xt)
-    with mlflow.start_run(experiment_id=experiment, run_name=f"p_{head} as of {described['as_of']}") as run:
+    run_name = f"p_{head} as of {described['as_of']}"
+    start_ms = None if started is None else int(started.timestamp() * 1000)
+    created = registry.configure(settings).create_run(experiment, start_time=start_ms, run_name=run_name)
+    with mlflow.start_run(run_id=created.info.run_id) as run:
         mlflow.log_params(
             {
                 "head": head,
@@ -403,9 +416,13 @@ def log_run(
             trained.save(d / "head")
             compiled = _compile(trained, d / "head" / "compiled")
             mlflow.set_tag("compiled", "yes" if compiled else "no")
+            example = xt.head(50)
             mlflow.lightgbm.log_model(
                 trained.booster,
                 name="model",
+                # The raw booster's columns and output; the served probability is the head's
+                # calibrated map of it (head.json).
+                signature=infer_signature(example, trained.booster.predict(example)),
                 extra_files=[str(d / "head" / "head.json"), *map(str, compiled)],
                 pip_requirements=[f"lightgbm=={lgb_version}"],
             )
@@ -439,6 +456,7 @@ def train_head(
         if progress:
             progress(_STEPS[i], i, len(_STEPS))
 
+    started = datetime.now(UTC)
     step(0)
     data = load_training_data(settings, head, as_of, training_set_version)
     step(1)
@@ -459,7 +477,7 @@ def train_head(
         trained, metrics, inputs, data.problems, Gates(g.ndcg_tolerance, g.max_ece, g.min_score_std)
     )
     step(6)
-    run_id = log_run(settings, data, trained, metrics, decision)
+    run_id = log_run(settings, data, trained, metrics, decision, started)
     step(7)
     version, moved = register_and_promote(settings, data, run_id, decision)
     log.info("p_%s run %s v%s: %s", head, run_id, version, moved["reason"])

@@ -1,0 +1,1 @@
+"""Real data mapped into the landing schema: peers of the simulator, knowing only ``contracts``."""
