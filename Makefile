@@ -15,7 +15,7 @@ DEMO_PORT ?= 8765
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
-.PHONY: help setup jars lock demo test lint typecheck unit integration docs clean up down
+.PHONY: help setup jars lock demo test lint typecheck unit integration docs clean up down cluster-up cluster-down
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -79,3 +79,9 @@ up: setup ## Start the deployment: Airflow (UI :8080), MLflow UI (:5000), feed s
 
 down: ## Stop everything `make up` started (whole process groups, workers included).
 	TURNOUT_HOME=$(TURNOUT_HOME) ops/down.sh
+
+cluster-up: setup ## Start conf/cluster-local.yaml's servers: PostgreSQL, Spark master + 2 workers, Redis, MLflow server, Airflow on PostgreSQL.
+	TURNOUT_HOME=$(TURNOUT_HOME) ops/cluster-up.sh
+
+cluster-down: ## Stop everything `make cluster-up` started.
+	TURNOUT_HOME=$(TURNOUT_HOME) ops/cluster-down.sh

@@ -145,13 +145,14 @@ def load(
         }
     )
     users = mapped["users"].reset_index(drop=True)
-    split = people.set_index("member_id").loc[users["user_id"].str.removeprefix("mu-u-"), "split_utc"]
+    split_of = dict(zip(people["member_id"], people["split_utc"], strict=True))
+    split = [split_of[m] for m in users["user_id"].str.removeprefix("mu-u-")]
     member_frame = pd.DataFrame(
         {
             "user_id": users["user_id"],
             "lat": users["home_lat"].to_numpy(),
             "lng": users["home_lng"].to_numpy(),
-            "split_s": split.map(lambda x: int(x.timestamp())).to_numpy(),
+            "split_s": np.array([int(x.timestamp()) for x in split], dtype=np.int64),
         }
     )
     pos = pd.Series(np.arange(len(frame)), index=frame["event_id"])
@@ -181,7 +182,9 @@ def load(
         own_group=Counts(u.astype(np.int64) * n_groups + e_group[e], s),
         own_venue=Counts(u.astype(np.int64) * n_venues + e_venue[e], s),
         member_total=Counts(u, s),
-        by_user={int(k): (g["event"].to_numpy(), g["start_s"].to_numpy()) for k, g in rs.groupby("user")},
+        by_user={
+            int(str(k)): (g["event"].to_numpy(), g["start_s"].to_numpy()) for k, g in rs.groupby("user")
+        },
     )
     return crawl, report
 
@@ -189,7 +192,7 @@ def load(
 def candidates_at(crawl: Crawl, member: int, t_s: int, params: GeoParams) -> tuple[np.ndarray, np.ndarray]:
     """Event row positions the geo index retrieves for ``member``'s home at ``t_s`` (and distances)."""
     ev = crawl.events
-    lat, lng = float(crawl.members["lat"].iat[member]), float(crawl.members["lng"].iat[member])
+    lat, lng = float(crawl.members["lat"].to_numpy()[member]), float(crawl.members["lng"].to_numpy()[member])
     # A box that holds the whole 40.23 km disc (at these latitudes) keeps each build small; the
     # index answers the same on it as on every event.
     live = ev[
@@ -316,7 +319,7 @@ def evaluate(
     crawl: Crawl, params: GeoParams, models: dict[int, Any], seed: int, members: int | None = None
 ) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    hits = {r: [] for r in RANKERS}
+    hits: dict[str, list[float]] = {r: [] for r in RANKERS}
     kept, total, members_with = 0, 0, 0
     for member, split_s in enumerate(crawl.members["split_s"].to_numpy()[:members]):
         truth = positives(crawl, member, int(split_s))
@@ -350,7 +353,7 @@ def ranking_for(
 ) -> list[str]:
     """The model's top 25 for one member at the member's split (the leak test's probe)."""
     rows = training_rows(crawl, params, windows, negatives, seed)
-    split_s = int(crawl.members["split_s"].iat[member])
+    split_s = int(crawl.members["split_s"].to_numpy()[member])
     model = fit_models(rows, np.array([split_s]))[quarter_start(split_s)]
     events, dist = candidates_at(crawl, member, split_s, params)
     f = features(crawl, member, split_s, events, dist)

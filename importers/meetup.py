@@ -101,7 +101,8 @@ def _iso(ts: pd.Series) -> pd.Series:
 
 
 def _recurrence(starts: pd.Series) -> str:
-    gaps = starts.sort_values().diff().dt.total_seconds().dropna() / 86400
+    seconds = np.diff(np.sort(starts.to_numpy(dtype="datetime64[s]").astype(np.int64)))
+    gaps = pd.Series(seconds / 86400.0)
     gap = float(gaps.median()) if len(gaps) else 7.0
     return "weekly" if gap <= 10 else "biweekly" if gap <= 20 else "monthly"
 
@@ -174,7 +175,7 @@ def map_crawl(
     )
     series["series_id"] = "mu-s-" + series["code"]
     series["organizer_id"] = "mu-o-" + series["code"]
-    ev["series_id"] = np.where(ev["code"].notna(), "mu-s-" + ev["code"].fillna(""), None)
+    ev["series_id"] = [None if c is None else f"mu-s-{c}" for c in ev["code"]]
     ev["organizer_id"] = np.where(
         ev["code"].notna(),
         "mu-o-" + ev["code"].fillna(""),
@@ -280,7 +281,9 @@ def map_crawl(
 
 def _records(frame: pd.DataFrame) -> Iterable[dict[str, Any]]:
     for row in frame.to_dict(orient="records"):
-        yield {k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and np.isnan(v))}
+        yield {
+            str(k): v for k, v in row.items() if v is not None and not (isinstance(v, float) and np.isnan(v))
+        }
 
 
 def write_landing(

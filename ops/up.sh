@@ -9,6 +9,7 @@
 # process group of its own, with its pid in $TURNOUT_HOME/run/<name>.pid and its log in
 # $TURNOUT_HOME/logs/<name>.log; `make down` (ops/down.sh) stops each whole group, workers
 # included. Ports: AIRFLOW_PORT (8080), MLFLOW_PORT (5000), FEED_PORT (8765).
+# UP_SERVICES (default "airflow mlflow feed") picks which of the three groups start.
 # FEED_NOW pins the feed service's clock (e.g. the demo's 2026-11-09T00:00Z); unset, it follows the wall clock.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -54,22 +55,35 @@ wait_http() { # name, url, seconds
   echo "  $1 answers at $2"
 }
 
-echo "turnout up: TURNOUT_HOME=$TURNOUT_HOME"
-"$BIN/airflow" db migrate >>"$LOGS/airflow-db.log" 2>&1
-start airflow-api "$BIN/airflow" api-server --port "$AIRFLOW_PORT"
-start airflow-scheduler "$BIN/airflow" scheduler
-start airflow-dag-processor "$BIN/airflow" dag-processor
-start airflow-triggerer "$BIN/airflow" triggerer
-mkdir -p "$TURNOUT_HOME/mlflow"
-start mlflow "$BIN/turnout" mlflow-ui --port "$MLFLOW_PORT"
-feed_args=(serve --port "$FEED_PORT")
-[[ -n "${FEED_NOW:-}" ]] && feed_args+=(--now "$FEED_NOW")
-start feed "$BIN/turnout" "${feed_args[@]}"
+SERVICES=" ${UP_SERVICES:-airflow mlflow feed} "
+echo "turnout up: TURNOUT_HOME=$TURNOUT_HOME (${SERVICES# })"
+if [[ "$SERVICES" == *" airflow "* ]]; then
+  "$BIN/airflow" db migrate >>"$LOGS/airflow-db.log" 2>&1
+  start airflow-api "$BIN/airflow" api-server --port "$AIRFLOW_PORT"
+  start airflow-scheduler "$BIN/airflow" scheduler
+  start airflow-dag-processor "$BIN/airflow" dag-processor
+  start airflow-triggerer "$BIN/airflow" triggerer
+fi
+if [[ "$SERVICES" == *" mlflow "* ]]; then
+  mkdir -p "$TURNOUT_HOME/mlflow"
+  start mlflow "$BIN/turnout" mlflow-ui --port "$MLFLOW_PORT"
+fi
+if [[ "$SERVICES" == *" feed "* ]]; then
+  feed_args=(serve --port "$FEED_PORT")
+  [[ -n "${FEED_NOW:-}" ]] && feed_args+=(--now "$FEED_NOW")
+  start feed "$BIN/turnout" "${feed_args[@]}"
+fi
 
-wait_http airflow-api "http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health" 180
-wait_http mlflow "http://127.0.0.1:$MLFLOW_PORT/health" 120
 echo
-echo "  Airflow UI  http://127.0.0.1:$AIRFLOW_PORT   (DAGs start paused: unpause or trigger them there)"
-echo "  MLflow UI   http://127.0.0.1:$MLFLOW_PORT"
-echo "  Feed        http://127.0.0.1:$FEED_PORT/v1/feed?user_id=u0000001   (/healthz while it loads)"
+if [[ "$SERVICES" == *" airflow "* ]]; then
+  wait_http airflow-api "http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health" 180
+  echo "  Airflow UI  http://127.0.0.1:$AIRFLOW_PORT   (DAGs start paused: unpause or trigger them there)"
+fi
+if [[ "$SERVICES" == *" mlflow "* ]]; then
+  wait_http mlflow "http://127.0.0.1:$MLFLOW_PORT/health" 120
+  echo "  MLflow UI   http://127.0.0.1:$MLFLOW_PORT"
+fi
+if [[ "$SERVICES" == *" feed "* ]]; then
+  echo "  Feed        http://127.0.0.1:$FEED_PORT/v1/feed?user_id=u0000001   (/healthz while it loads)"
+fi
 echo "  Stop all:   make down"

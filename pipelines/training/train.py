@@ -422,7 +422,7 @@ def log_run(
                 name="model",
                 # The raw booster's columns and output; the served probability is the head's
                 # calibrated map of it (head.json).
-                signature=infer_signature(example, trained.booster.predict(example)),
+                signature=infer_signature(example, np.asarray(trained.booster.predict(example))),
                 extra_files=[str(d / "head" / "head.json"), *map(str, compiled)],
                 pip_requirements=[f"lightgbm=={lgb_version}"],
             )

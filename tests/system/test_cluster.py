@@ -1,0 +1,170 @@
+"""The cluster profile on real servers (``make cluster-up``), against the local profile.
+
+``ops/cluster-up.sh`` starts, on loopback, PostgreSQL (Debian), a Spark standalone master with two
+workers (pyspark's own ``spark-class``), Redis (Debian), an MLflow tracking server on PostgreSQL
+serving artifacts over HTTP, and Airflow with the LocalExecutor on PostgreSQL. The same batch path
+(``tests/system/cluster_pipeline.py``: simulate -> ingest -> gold -> tower -> both heads trained and
+promoted -> index -> materialize) runs once with ``TURNOUT_PROFILE=local`` and once with
+``cluster-local``, each in a process of its own, and:
+
+* every silver, gold and training-set table has the same rows (order-free row hashes), and both
+  heads are byte-identical models (so the same predictions on the same rows);
+* the cluster run's Spark jobs ran on the standalone master: its JSON lists the finished
+  ``turnout`` application, and both workers list finished executors of it;
+* MLflow runs, the registered versions and their aliases went through the tracking server (read
+  back over HTTP) and sit in PostgreSQL; the artifacts are in the server's artifact store;
+* Feast's online store in the cluster run is Redis (it holds the materialized keys);
+* Airflow's metadata database is PostgreSQL and healthy;
+* ``ops/cluster-down.sh`` stops everything it started, also when an assertion fails.
+
+Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1`` (about 40 minutes
+on two cores: the batch path twice and a Spark cluster beside it), outside ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TURNOUT_CLUSTER_TEST") != "1", reason="the cluster test runs with TURNOUT_CLUSTER_TEST=1"
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = REPO / ".venv" / "bin" / "python"
+
+
+def _json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.load(r)
+
+
+def _env(home: Path, profile: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TURNOUT_"))}
+    env.update(TURNOUT_HOME=str(home), TURNOUT_PROFILE=profile, AIRFLOW_PORT="8280", DOWN_GRACE="30")
+    return env
+
+
+def _pipeline(home: Path, profile: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [PYTHON, "-m", "tests.system.cluster_pipeline"],
+        cwd=REPO,
+        env=_env(home, profile),
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _groups_alive(home: Path, pids: list[int]) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,pgid,args"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines()[1:] if int(line.split()[1]) in pids]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("cluster") / "home"
+    env = _env(home, "cluster-local")
+    up = subprocess.run(
+        [REPO / "ops" / "cluster-up.sh"], env=env, capture_output=True, text=True, timeout=900
+    )
+    pids = [int(p.read_text()) for p in (home / "run").glob("*.pid")] if (home / "run").exists() else []
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        yield home
+    finally:
+        down = subprocess.run(
+            [REPO / "ops" / "cluster-down.sh"], env=env, capture_output=True, text=True, timeout=180
+        )
+        left = _groups_alive(home, pids)
+        assert not left, f"still running after cluster-down:\n{down.stdout}\n" + "\n".join(left)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(5400)
+def test_cluster_profile_runs_on_real_servers_and_equals_the_local_profile(
+    cluster: Path, tmp_path: Path
+) -> None:
+    local = _pipeline(tmp_path / "local", "local")
+    remote = _pipeline(cluster, "cluster-local")
+
+    assert local["spark_master"].startswith("local") and remote["spark_master"] == "spark://127.0.0.1:7177"
+    for part in ("silver", "gold", "training", "models"):
+        assert remote[part] == local[part], part
+    assert all(t["rows"] > 0 for t in remote["gold"].values()), remote["gold"]
+
+    # Spark: the application ran on the standalone master, with executors on both workers.
+    master = _json("http://127.0.0.1:8190/json/")
+    apps = [a for a in master["completedapps"] + master["activeapps"] if a["name"] == "turnout"]
+    assert apps, master
+    app_ids = {a["id"] for a in apps}
+    for port in (8191, 8192):
+        worker = _json(f"http://127.0.0.1:{port}/json/")
+        ran = {e["appid"] for e in worker["finishedexecutors"] + worker["executors"]}
+        assert ran & app_ids, (port, worker["finishedexecutors"])
+
+    # MLflow: over HTTP from the server, stored in PostgreSQL, artifacts in its store.
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri="http://127.0.0.1:5500", registry_uri="http://127.0.0.1:5500")
+    for head in ("rsvp", "attend"):
+        model = client.search_registered_models(filter_string=f"name LIKE '%p_{head}%'")
+        assert model and "champion" in model[0].aliases, model
+    psql = subprocess.run(
+        [
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            "55432",
+            "-U",
+            "turnout",
+            "-d",
+            "mlflow",
+            "-tAc",
+            "SELECT count(*) FROM runs",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert int(psql.stdout.strip()) >= 2
+    assert any((cluster / "cluster" / "mlflow-artifacts").rglob("MLmodel"))
+
+    # Feast's online store is Redis.
+    keys = subprocess.run(
+        ["redis-cli", "-p", "6391", "-n", "0", "dbsize"], capture_output=True, text=True, check=True
+    )
+    assert int(keys.stdout.strip()) > 0
+
+    # Airflow's metadata is PostgreSQL.
+    health = _json("http://127.0.0.1:8280/api/v2/monitor/health")
+    assert health["metadatabase"]["status"] == "healthy"
+    tables = subprocess.run(
+        [
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            "55432",
+            "-U",
+            "turnout",
+            "-d",
+            "airflow",
+            "-tAc",
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'dag_run'",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert tables.stdout.strip() == "1"
