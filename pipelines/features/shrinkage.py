@@ -7,6 +7,8 @@ the ratio of within-cell to between-cell variance, not one shared constant: 200 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -22,18 +24,23 @@ def fit_pseudocount(successes: npt.ArrayLike, trials: npt.ArrayLike) -> float:
     With groups i of n_i trials and k_i successes around a pooled rate p, the intra-class
     correlation rho satisfies sum n_i (r_i - p)^2 ~= p (1 - p) [G + rho (N - G)]
     (G groups, N trials): between-group spread beyond binomial noise is what rho measures.
+
+    Sums are exact (``math.fsum``), so the fit does not depend on the order the groups arrive in:
+    Spark returns them in an order that differs between a local session and a cluster, and a
+    float sum in that order made gold differ in the last bit between the two (and the p_rsvp
+    model trained on it differ).
     """
     k = np.asarray(successes, dtype=float)
     n = np.asarray(trials, dtype=float)
     keep = n > 0
     k, n = k[keep], n[keep]
-    groups, total = len(n), n.sum()
+    groups, total = len(n), math.fsum(n)
     if groups < 2 or total <= groups:
         return MAX_PSEUDOCOUNT
-    p = k.sum() / total
+    p = math.fsum(k) / total
     if p <= 0.0 or p >= 1.0:
         return MAX_PSEUDOCOUNT
-    spread = float(np.sum(n * (k / n - p) ** 2))
+    spread = math.fsum(n * (k / n - p) ** 2)
     rho = (spread / (p * (1 - p)) - groups) / (total - groups)
     if rho <= 0:
         return MAX_PSEUDOCOUNT
