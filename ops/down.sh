@@ -8,12 +8,28 @@ export TURNOUT_HOME="${TURNOUT_HOME:-$REPO/.turnout}"
 RUN="$TURNOUT_HOME/run"
 GRACE="${DOWN_GRACE:-20}"
 shopt -s nullglob
+
+groups_under() { # pgid: it and the process groups of all its descendants (an Airflow task
+  # supervisor starts a session of its own, so a running task is not in the scheduler's group)
+  ps -eo pid=,ppid=,pgid= | awk -v root="$1" '
+    { parent[$1] = $2; group[$1] = $3 }
+    END {
+      for (p in group) if (group[p] == root) keep[p] = 1
+      do { added = 0
+        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; added = 1 }
+      } while (added)
+      for (p in keep) print group[p]
+    }' | sort -u
+}
+
 pids=()
 for file in "$RUN"/*.pid; do
   pid="$(cat "$file")"
   if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
-    pids+=("$pid")
+    for group in $(groups_under "$pid"); do
+      kill -TERM -- "-$group" 2>/dev/null
+      pids+=("$group")
+    done
     echo "  stopping $(basename "$file" .pid) (process group $pid)"
   fi
   rm -f "$file"
