@@ -175,12 +175,16 @@ def test_the_sorted_store_and_feasts_stock_spark_store_return_identical_frames(p
     """The sorted point-in-time join behind the same API gives the stock store's frame, value for
     value, with and without the created-timestamp rule (ties, restatements and TTL edges included)."""
     settings, _, labels = pit
-    assert settings.feast.offline_store.endswith("SortedSparkOfflineStore")
-    stock_store = settings.model_copy(
-        update={"feast": settings.feast.model_copy(update={"offline_store": "spark"})}
+
+    def with_store(offline_store: str):  # type: ignore[no-untyped-def]
+        return settings.model_copy(
+            update={"feast": settings.feast.model_copy(update={"offline_store": offline_store})}
+        )
+
+    stock = retrieval.historical_features(with_store("spark"), labels, REFS, by_created)
+    sorted_ = retrieval.historical_features(
+        with_store("pipelines.offline_store.SortedSparkOfflineStore"), labels, REFS, by_created
     )
-    stock = retrieval.historical_features(stock_store, labels, REFS, by_created)
-    sorted_ = retrieval.historical_features(settings, labels, REFS, by_created)
     pd.testing.assert_frame_equal(sorted_, stock, check_dtype=False)
     assert stock[list(FEATURES.values())].notna().sum().min() > 10  # not a frame of missing values
 
