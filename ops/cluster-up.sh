@@ -20,15 +20,8 @@ CLUSTER="$TURNOUT_HOME/cluster"
 mkdir -p "$RUN" "$LOGS" "$CLUSTER"
 PG_PORT=55432 SPARK_PORT=7177 REDIS_PORT=6391 MLFLOW_PORT=5500
 
-start() { # name, command...: its own process group, detached
-  local name="$1"; shift
-  if [[ -f "$RUN/$name.pid" ]] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
-    echo "  $name already running"; return
-  fi
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
-  echo $! >"$RUN/$name.pid"
-  echo "  $name started (pid $!, log $LOGS/$name.log)"
-}
+# shellcheck source=ops/lib.sh
+source "$REPO/ops/lib.sh"
 wait_for() { # name, seconds, command...
   local name="$1" deadline=$((SECONDS + $2)); shift 2
   until "$@" >/dev/null 2>&1; do

@@ -31,16 +31,8 @@ free_port() { "$BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127
 export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT:-$(free_port)}"
 export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT:-$(free_port)}"
 
-start() { # name, command...: run it in its own session (process group), detached.
-  local name="$1"; shift
-  if [[ -f "$RUN/$name.pid" ]] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
-    echo "  $name already running (pid $(cat "$RUN/$name.pid"))"
-    return
-  fi
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
-  echo $! >"$RUN/$name.pid"
-  echo "  $name started (pid $!, log $LOGS/$name.log)"
-}
+# shellcheck source=ops/lib.sh
+source "$REPO/ops/lib.sh"
 
 wait_http() { # name, url, seconds
   local deadline=$((SECONDS + $3))

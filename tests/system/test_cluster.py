@@ -46,6 +46,12 @@ def _json(url: str) -> Any:
         return json.load(r)
 
 
+def _sql(database: str, query: str) -> str:
+    """One value from the cluster's PostgreSQL."""
+    args = ["psql", "-h", "127.0.0.1", "-p", "55432", "-U", "turnout", "-d", database, "-tAc", query]
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _env(home: Path, profile: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TURNOUT_"))}
     env.update(TURNOUT_HOME=str(home), TURNOUT_PROFILE=profile, AIRFLOW_PORT="8280", DOWN_GRACE="30")
@@ -119,25 +125,7 @@ def test_cluster_profile_runs_on_real_servers_and_equals_the_local_profile(
     for head in ("rsvp", "attend"):
         model = client.search_registered_models(filter_string=f"name LIKE '%p_{head}%'")
         assert model and "champion" in model[0].aliases, model
-    psql = subprocess.run(
-        [
-            "psql",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            "55432",
-            "-U",
-            "turnout",
-            "-d",
-            "mlflow",
-            "-tAc",
-            "SELECT count(*) FROM runs",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert int(psql.stdout.strip()) >= 2
+    assert int(_sql("mlflow", "SELECT count(*) FROM runs")) >= 2
     assert any((cluster / "cluster" / "mlflow-artifacts").rglob("MLmodel"))
 
     # Feast's online store is Redis.
@@ -149,22 +137,5 @@ def test_cluster_profile_runs_on_real_servers_and_equals_the_local_profile(
     # Airflow's metadata is PostgreSQL.
     health = _json("http://127.0.0.1:8280/api/v2/monitor/health")
     assert health["metadatabase"]["status"] == "healthy"
-    tables = subprocess.run(
-        [
-            "psql",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            "55432",
-            "-U",
-            "turnout",
-            "-d",
-            "airflow",
-            "-tAc",
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'dag_run'",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert tables.stdout.strip() == "1"
+    dag_run = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'dag_run'"
+    assert _sql("airflow", dag_run) == "1"
