@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 RSVP_LABEL_WINDOW = timedelta(days=1)  # "same-day": an RSVP within 24 h of the impression
 # Random candidates drawn per sampled impression; the first live, unseen one is kept.
 _DRAWS = 12
+_TWO_53 = 2**53  # doubles hold integers below this exactly
 
 # Columns of every example row, in order (features are appended by the Feast join).
 KEY_COLUMNS: tuple[str, ...] = (
@@ -124,6 +125,18 @@ def _utc_offset_minutes(instant: Column, zone: Column) -> Column:
 
     local = F.from_utc_timestamp(instant, zone)
     return ((F.unix_timestamp(local) - F.unix_timestamp(instant)) / 60).cast("long")
+
+
+def _uniform(seed: int, *keys: Column | str) -> Column:
+    """A uniform draw in [0, 1) that is a function of ``seed`` and the row's ``keys`` only.
+
+    ``F.rand(seed)`` seeds each partition with ``seed + partition index`` and draws in row order,
+    so the same data split differently (a cluster's executors, another ``shuffle.partitions``)
+    samples different rows. Hashing the row's own key gives every layout the same sample.
+    """
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(F.lit(seed), *keys), F.lit(_TWO_53)) / F.lit(float(_TWO_53))
 
 
 def _keyed(example_id: Column, at: Column) -> list[Column | str]:
@@ -258,7 +271,9 @@ def rsvp_examples(
     training_negatives = labelled.filter(in_training & (F.col("label") == 0)).count()
     kept, kept_negatives = labelled, training_negatives
     if negative_keep_rate < 1.0:
-        dropped = in_training & (F.col("label") == 0) & (F.rand(seed) >= F.lit(negative_keep_rate))
+        dropped = (
+            in_training & (F.col("label") == 0) & (_uniform(seed, "example_id") >= F.lit(negative_keep_rate))
+        )
         kept = labelled.filter(~dropped)
         kept_negatives = kept.filter(in_training & (F.col("label") == 0)).count()
 
@@ -313,24 +328,27 @@ def _injected_negatives(
     total = labelled.count()
     # Some draws find no live unseen event; oversample and trim to the wanted number below.
     fraction = min(1.0, 4.0 * wanted / max(total, 1))
+    # Sorted (by event_id first), so a draw's index names the same event however Spark grouped them.
     catalog = events.groupBy("metro").agg(
-        F.collect_list(
-            F.struct(
-                "event_id",
-                "organizer_id",
-                "venue_id",
-                "series_id",
-                "market_key",
-                "is_free",
-                "event_created_ts",
-                "start_ts",
-                "cancelled_ts",
-                "timezone",
+        F.array_sort(
+            F.collect_list(
+                F.struct(
+                    "event_id",
+                    "organizer_id",
+                    "venue_id",
+                    "series_id",
+                    "market_key",
+                    "is_free",
+                    "event_created_ts",
+                    "start_ts",
+                    "cancelled_ts",
+                    "timezone",
+                )
             )
         ).alias("catalog")
     )
     sources = (
-        labelled.sample(fraction=fraction, seed=seed)
+        labelled.filter(_uniform(seed, "example_id") < F.lit(fraction))
         .select("example_id", "user_id", "event_timestamp", "request_id", "is_exploration")
         .join(users.select("user_id", F.col("user_metro").alias("metro")), "user_id")
         .join(catalog, "metro")
@@ -342,7 +360,7 @@ def _injected_negatives(
         "candidate",
         F.element_at(
             "catalog",
-            (F.floor(F.rand(seed + 1) * F.size("catalog")) + 1).cast("int"),
+            (F.floor(_uniform(seed + 1, "example_id", "draw") * F.size("catalog")) + 1).cast("int"),
         ),
     )
     t = F.unix_timestamp("event_timestamp")
@@ -359,7 +377,7 @@ def _injected_negatives(
     first = fresh.withColumn(
         "_n", F.row_number().over(Window.partitionBy("example_id").orderBy("draw"))
     ).filter("_n = 1")
-    trimmed = first.withColumn("_r", F.rand(seed + 2)).orderBy("_r").limit(int(round(wanted)))
+    trimmed = first.orderBy(_uniform(seed + 2, "example_id"), "example_id").limit(int(round(wanted)))
     return trimmed.select(
         *_keyed(F.concat(F.col("example_id"), F.lit("#inj")), F.col("event_timestamp")),
         F.lit(0).alias("label"),

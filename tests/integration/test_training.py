@@ -54,6 +54,54 @@ def test_training_set_counts_add_up_and_the_injection_is_corrected(spark, world:
     assert t.max() < AS_OF - timedelta(days=1) and t.min() >= AS_OF - timedelta(days=21)
 
 
+def test_the_sampled_training_rows_do_not_depend_on_how_spark_partitions_them(spark, world: World) -> None:  # type: ignore[no-untyped-def]
+    """Downsampling and injection pick the same rows however the data is split (local vs cluster).
+
+    The scan's split size and the shuffle width decide which partition, and which position in it,
+    a row lands in; a cluster's executors set both differently from ``local[2]``.
+    """
+    from pipelines.training.examples import rsvp_examples
+
+    impressions = world.settings.lake.table_path("silver", "impressions")
+    layouts = {
+        "few": {"spark.sql.files.maxPartitionBytes": "128m", "spark.sql.shuffle.partitions": "2"},
+        "many": {"spark.sql.files.maxPartitionBytes": "256k", "spark.sql.shuffle.partitions": "9"},
+    }
+
+    def sampled(layout: dict[str, str]) -> tuple[int, set[tuple[str, str, int]]]:
+        spark.catalog.clearCache()  # else the second call reuses the first one's cached rows
+        for k, v in layout.items():
+            spark.conf.set(k, v)
+        splits = spark.read.format("delta").load(impressions).rdd.getNumPartitions()
+        rows, counts = rsvp_examples(
+            spark,
+            world.settings,
+            AS_OF - timedelta(days=14),
+            AS_OF,
+            AS_OF - timedelta(days=4),
+            0.5,
+            0.2,
+            seed=3,
+        )
+        assert counts.kept_negatives < counts.training_negatives and counts.injected_negatives > 0
+        return splits, {
+            (r.example_id, r.event_id, r.is_injected)
+            for r in rows.select("example_id", "event_id", "is_injected").collect()
+        }
+
+    keys = {"spark.sql.adaptive.enabled", *layouts["few"]}
+    saved = {k: spark.conf.get(k) for k in keys}
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # keep the two layouts apart
+    try:
+        (few_splits, few), (many_splits, many) = sampled(layouts["few"]), sampled(layouts["many"])
+    finally:
+        for k, v in saved.items():
+            spark.conf.set(k, v)
+    assert few_splits < many_splits  # the impressions really were split differently
+    assert few == many
+    assert sum(injected for *_, injected in few) > 0
+
+
 def test_labels_match_a_brute_force_reading_of_silver(spark, world: World) -> None:  # type: ignore[no-untyped-def]
     from pipelines.training.sets import read_training_set
 

@@ -23,18 +23,25 @@ from tests.integration.training_world import AS_OF, build_trained_world
 RUN_COLUMNS = {"_run_id", "_ingested_at"}
 
 
-def table_hash(spark: Any, path: str) -> dict[str, Any]:
-    """Row count and an order-free hash of every row (all columns but the run's own)."""
+def table_hash(spark: Any, path: str, by_column: bool = False) -> dict[str, Any]:
+    """Row count and an order-free hash of every row (all columns but the run's own).
+
+    ``by_column`` adds one order-free hash per column, so a difference names its columns.
+    """
     from pyspark.sql import functions as F
 
     frame = spark.read.format("delta").load(path)
     columns = sorted(c for c in frame.columns if c not in RUN_COLUMNS)
-    row = (
-        frame.select(F.xxhash64(*[F.col(c) for c in columns]).alias("h"))
-        .agg(F.count("*").alias("n"), F.sum(F.col("h").cast("decimal(38,0)")).alias("s"))
-        .first()
-    )
-    return {"rows": int(row["n"]), "hash": str(row["s"])}
+    hashes = {"_row": F.xxhash64(*[F.col(c) for c in columns])}
+    if by_column:
+        hashes |= {c: F.xxhash64(F.col(c)) for c in columns}
+    row = frame.agg(
+        F.count("*").alias("_n"), *[F.sum(h.cast("decimal(38,0)")).alias(k) for k, h in hashes.items()]
+    ).first()
+    out: dict[str, Any] = {"rows": int(row["_n"]), "hash": str(row["_row"])}
+    if by_column:
+        out["columns"] = {c: str(row[c]) for c in columns}
+    return out
 
 
 def main() -> None:
@@ -50,9 +57,13 @@ def main() -> None:
         "profile": settings.profile,
         "spark_master": spark.sparkContext.master,
         "silver": {t: table_hash(spark, settings.lake.table_path("silver", t)) for t in SILVER_TABLES},
-        "gold": {t: table_hash(spark, settings.lake.table_path("gold", t)) for t in sorted(GOLD_KEYS)},
+        "gold": {
+            t: table_hash(spark, settings.lake.table_path("gold", t))
+            for t in sorted({*GOLD_KEYS, "event_embeddings"})  # embeddings: the torch tower's output
+        },
         "training": {
-            h: table_hash(spark, settings.lake.table_path("training", h)) for h in ("rsvp", "attend")
+            h: table_hash(spark, settings.lake.table_path("training", h), by_column=True)
+            for h in ("rsvp", "attend")
         },
         "models": {
             "rsvp": world.rsvp["model_sha256"],
