@@ -7,6 +7,11 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$TURNOUT_HOME/airflow}"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$_TURNOUT_REPO/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
+if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" == sqlite* ]]; then
+  # The embedded SQLite file: wait a minute for a writer's lock, not Python's 5 s (see conf/airflow_sqlite.py).
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS:-conf.airflow_sqlite.CONNECT_ARGS}"
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC:-conf.airflow_sqlite.CONNECT_ARGS}"
+fi
 # LocalExecutor: tasks run as subprocesses of the scheduler. Parallelism 2 on a 2-core machine:
 # the default of 32 forks 32 idle workers, and two Spark jobs at once already fill the cores.
 # (With SQLite Airflow falls back to one task at a time; PostgreSQL lifts that, see conf/cluster.yaml.)

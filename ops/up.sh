@@ -51,6 +51,12 @@ SERVICES=" ${UP_SERVICES:-airflow mlflow feed} "
 echo "turnout up: TURNOUT_HOME=$TURNOUT_HOME (${SERVICES# })"
 if [[ "$SERVICES" == *" airflow "* ]]; then
   "$BIN/airflow" db migrate >>"$LOGS/airflow-db.log" 2>&1
+  if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" == sqlite:///* ]]; then
+    # Write-ahead logging (kept in the file): the API server's reads no longer wait on the
+    # scheduler's writes, which with the default journal surface as 500s in the UI and REST API.
+    "$BIN/python" -c 'import sqlite3, sys; print("  airflow.db journal:", sqlite3.connect(sys.argv[1]).execute("PRAGMA journal_mode=WAL").fetchone()[0])' \
+      "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN#sqlite:///}"
+  fi
   start airflow-api "$BIN/airflow" api-server --port "$AIRFLOW_PORT"
   start airflow-scheduler "$BIN/airflow" scheduler
   start airflow-dag-processor "$BIN/airflow" dag-processor
