@@ -12,6 +12,9 @@ history up to its last hour was ingested with the CLI. Then, through the REST AP
 3. ingesting the same hour again changes nothing and so announces nothing and starts nothing;
 4. ``ops/down.sh`` leaves no process of the deployment behind (checked even when a step fails).
 
+Then a real headless browser (Debian's chromium) opens the Airflow UI of the same deployment: the
+DAG list shows the six DAGs and the ``features`` DAG's runs page the asset-triggered run, green.
+
 No tests/dags fixtures here: those configure Airflow inside the test process, and this test
 must see the deployment only from outside. Select it with ``pytest -k scheduler``.
 """
@@ -21,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -30,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.system.browser import browser_page, needs_chromium, screenshot
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
@@ -58,8 +65,14 @@ class Deployment:
             data=None if body is None else json.dumps(body).encode(),
             headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return json.load(r)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:  # say what the server said, and what its log says
+            log = (self.home / "logs" / "airflow-api.log").read_text(errors="replace").splitlines()
+            raise AssertionError(
+                f"{method} {path}: {e.code} {e.read()[:2000]!r}\napi-server log:\n" + "\n".join(log[-60:])
+            ) from e
 
     def unpause(self, dag_id: str) -> None:
         self._call("PATCH", f"/dags/{dag_id}", {"is_paused": False})
@@ -122,6 +135,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deplo
     pids = [int(p.read_text()) for p in (home / "run").glob("*.pid")]
     try:
         assert up.returncode == 0, up.stdout + up.stderr
+        # The API server's reads must not wait on (and 500 over) the scheduler's writes.
+        with sqlite3.connect(home / "airflow" / "airflow.db") as db:
+            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         yield Deployment(home, env, port), last_hour_end
     finally:
         down = subprocess.run(
@@ -174,3 +190,28 @@ def test_scheduler_runs_an_hour_through_ingest_and_features_and_an_empty_rerun_s
     assert stack.asset_events(again["dag_run_id"]) == []
     time.sleep(15)  # a scheduler loop or two, in which a wrongly triggered run would appear
     assert len(stack.runs("features")) == 1
+
+
+DAG_IDS = ("content_tower", "features", "index", "ingest", "train_attend", "train_rsvp")
+
+
+@pytest.mark.integration
+@needs_chromium
+@pytest.mark.timeout(600)
+def test_browser_shows_the_dag_list_and_the_asset_triggered_run(
+    deployment: tuple[Deployment, datetime], tmp_path: Path
+) -> None:
+    stack, _ = deployment
+    features = stack.runs("features")
+    with browser_page() as page:
+        page.goto(f"{stack.base}/dags")
+        page.get_by_text(f"{len(DAG_IDS)} Dags").wait_for()
+        for dag_id in DAG_IDS:
+            assert page.locator(f"a[href$='/dags/{dag_id}']").count() >= 1, dag_id  # its card's title
+        screenshot(page, "airflow-dags.png", tmp_path)
+        if features:  # the scheduler test above ran (not when this test is selected alone)
+            page.goto(f"{stack.base}/dags/features/runs")
+            row = page.get_by_role("row").filter(has_text=features[0]["dag_run_id"])
+            row.wait_for()
+            assert "Success" in row.inner_text() and "Asset" in row.inner_text(), row.inner_text()
+            screenshot(page, "airflow-features-runs.png", tmp_path)
