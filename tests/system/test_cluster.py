@@ -17,8 +17,10 @@ promoted -> index -> materialize) runs once with ``TURNOUT_PROFILE=local`` and o
 * Airflow's metadata database is PostgreSQL and healthy;
 * ``ops/cluster-down.sh`` stops everything it started, also when an assertion fails.
 
-Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1`` (about 40 minutes
-on two cores: the batch path twice and a Spark cluster beside it), outside ``make test``.
+Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1`` (``.ci/run`` sets
+it; 16.5 minutes on two cores with nothing beside it: the batch path twice and a Spark cluster), and
+``make test`` runs it in a pytest process of its own, after the rest of the suite has let go of its
+Spark driver's memory.
 """
 
 from __future__ import annotations
