@@ -351,6 +351,36 @@ def rollback(head: Head, as_json: JsonFlag = False, profile: Profile = None) -> 
     _emit(report, as_json)
 
 
+@app.command()
+def relocate(as_json: JsonFlag = False, profile: Profile = None) -> None:
+    """After moving or copying $TURNOUT_HOME: point its MLflow store and Feast registry at the new home.
+
+    MLflow's SQLite store and Feast's registry record absolute paths; training refuses a store that
+    still names the old home. This rewrites MLflow's artifact locations (when the artifacts came
+    along) and re-applies the feature definitions with this home's Delta paths. Safe to repeat.
+    """
+    from pipelines.feast_store import write_feature_store_yaml
+    from pipelines.features.definitions import apply_definitions
+    from pipelines.training.relocate import HomeMoved, relocate_mlflow
+
+    settings = _settings(profile)
+    try:
+        moved = relocate_mlflow(settings)
+    except HomeMoved as e:
+        err.print(f"[red]cannot relocate[/red]: {e}")
+        raise typer.Exit(2) from e
+    if moved["from"] is None:
+        err.print(f"MLflow: artifact locations already under {moved['to']}")
+    else:
+        err.print(f"MLflow: {moved['from']} -> {moved['to']} ({sum(moved['rows'].values())} locations)")
+    feast = apply_definitions(settings)
+    write_feature_store_yaml(settings)
+    err.print(
+        f"Feast: {'re-applied ' + str(feast['changed']) if feast['applied'] else 'registry already here'}"
+    )
+    _emit({"mlflow": moved, "feast": {k: feast[k] for k in ("applied", "changed")}}, as_json)
+
+
 @app.command("mlflow-ui")
 def mlflow_ui(
     port: Annotated[int, typer.Option(help="Port of the MLflow UI.")] = 5000,

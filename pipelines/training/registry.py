@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from conf import Settings
+from pipelines.training.relocate import HomeMoved, recorded_root
 from published import registry as published
 from published.registry import (
     AS_OF_TAG,
@@ -43,6 +44,12 @@ def ensure_experiment(settings: Settings, name: str) -> str:
     client = configure(settings)
     found = client.get_experiment_by_name(name)
     if found is not None:
+        moved_from = recorded_root(settings)
+        if moved_from is not None:  # a new run would write its artifacts into that other home
+            raise HomeMoved(
+                f"the MLflow store in this home keeps {name}'s artifacts under {moved_from}, not "
+                f"{settings.mlflow.artifact_root}: the home was moved or copied. Run `turnout relocate`."
+            )
         return str(found.experiment_id)
     return str(client.create_experiment(name, artifact_location=f"{settings.mlflow.artifact_root}/{name}"))
 
