@@ -15,6 +15,8 @@ promoted -> index -> materialize) runs once with ``TURNOUT_PROFILE=local`` and o
   back over HTTP) and sit in PostgreSQL; the artifacts are in the server's artifact store;
 * Feast's online store in the cluster run is Redis (it holds the materialized keys);
 * Airflow's metadata database is PostgreSQL and healthy;
+* ``turnout serve`` in the cluster profile serves a full model feed (champions from the MLflow
+  server, features from Redis) with every dependency ok and a Redis connection on the capacity db;
 * ``ops/cluster-down.sh`` stops everything it started, also when an assertion fails.
 
 Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1`` (``.ci/run`` sets
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,3 +145,58 @@ def test_cluster_profile_runs_on_real_servers_and_equals_the_local_profile(
     assert health["metadatabase"]["status"] == "healthy"
     dag_run = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'dag_run'"
     assert _sql("airflow", dag_run) == "1"
+
+    # A feed served in the cluster profile: champions from the MLflow server, online features from
+    # Redis db 0, the capacity counter in Redis db 1 (the service holds a connection on it).
+    feed, served_health, redis_clients = _serve_one_feed(cluster, remote["as_of"])
+    assert feed["served_by"] == "model" and feed["model_version"] == "rsvp:v1+attend:v1", feed["served_by"]
+    assert [e["position"] for e in feed["events"]] == list(range(1, 26))
+    components = served_health["components"]
+    for name in ("registry", "online_store", "availability", "model", "index"):
+        assert components[name]["status"] == "ok", (name, components[name])
+    assert any(" db=1 " in f" {c} " for c in redis_clients), redis_clients
+
+
+def _serve_one_feed(home: Path, as_of: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """`turnout serve` in the cluster profile on a free port: one feed, its /healthz, Redis's clients."""
+    import socket
+
+    from conf import load_settings
+    from published.catalog import load_live_catalog
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = _env(home, "cluster-local")
+    user = str(
+        load_live_catalog(load_settings("cluster-local", home=home, environ={})).users["user_id"].iloc[0]
+    )
+    with (home / "logs" / "serve-cluster-test.log").open("w") as log:
+        service = subprocess.Popen(
+            [REPO / ".venv" / "bin" / "turnout", "serve", "--now", as_of, "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline, health = time.monotonic() + 300, None
+        while True:
+            assert service.poll() is None, (home / "logs" / "serve-cluster-test.log").read_text()[-3000:]
+            try:
+                health = _json(f"{base}/healthz")
+                if health["components"]["model"]["status"] == "ok":
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"the feed service was not ready within 300 s: {health}"
+            time.sleep(1)
+        feed = _json(f"{base}/v1/feed?user_id={user}")
+        clients = subprocess.run(
+            ["redis-cli", "-p", "6391", "client", "list"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        return feed, _json(f"{base}/healthz"), clients
+    finally:
+        os.killpg(service.pid, signal.SIGTERM)
+        service.wait(60)
