@@ -10,10 +10,6 @@ deployment that test starts.) Select it with ``pytest -k browser``.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,46 +18,26 @@ import pytest
 
 from tests.integration.training_world import TrainedWorld
 from tests.system.browser import browser_page, needs_chromium, screenshot
+from tests.system.processes import free_port, running
 
 pytestmark = [pytest.mark.integration, needs_chromium, pytest.mark.timeout(900)]
 
 BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def mlflow_ui(trained_world: TrainedWorld, tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
+    base = f"http://127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNOUT_")}
     env["TURNOUT_HOME"] = str(trained_world.settings.home)
-    with (tmp_path / "mlflow-ui.log").open("w") as log:
-        server = subprocess.Popen(
-            [BIN / "turnout", "mlflow-ui", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5):
-                    break
-            except OSError:
-                assert server.poll() is None, (tmp_path / "mlflow-ui.log").read_text()
-                assert time.monotonic() < deadline, "MLflow UI did not answer within 180 s"
-                time.sleep(1)
+    args: list[str | Path] = [BIN / "turnout", "mlflow-ui", "--port", base.rsplit(":", 1)[1]]
+    with running(args, env, tmp_path / "mlflow-ui.log", lambda: _answers(f"{base}/health"), 180):
         yield base
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(60)
+
+
+def _answers(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=5):
+        return True
 
 
 def test_browser_shows_the_promoted_run_with_its_metrics_and_reliability_plot(

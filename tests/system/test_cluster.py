@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.system.processes import free_port, running
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TURNOUT_CLUSTER_TEST") != "1", reason="the cluster test runs with TURNOUT_CLUSTER_TEST=1"
@@ -159,44 +159,28 @@ def test_cluster_profile_runs_on_real_servers_and_equals_the_local_profile(
 
 def _serve_one_feed(home: Path, as_of: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """`turnout serve` in the cluster profile on a free port: one feed, its /healthz, Redis's clients."""
-    import socket
-
     from conf import load_settings
     from published.catalog import load_live_catalog
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    env = _env(home, "cluster-local")
-    user = str(
-        load_live_catalog(load_settings("cluster-local", home=home, environ={})).users["user_id"].iloc[0]
-    )
-    with (home / "logs" / "serve-cluster-test.log").open("w") as log:
-        service = subprocess.Popen(
-            [REPO / ".venv" / "bin" / "turnout", "serve", "--now", as_of, "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline, health = time.monotonic() + 300, None
-        while True:
-            assert service.poll() is None, (home / "logs" / "serve-cluster-test.log").read_text()[-3000:]
-            try:
-                health = _json(f"{base}/healthz")
-                if health["components"]["model"]["status"] == "ok":
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"the feed service was not ready within 300 s: {health}"
-            time.sleep(1)
+    settings = load_settings("cluster-local", home=home, environ={})
+    user = str(load_live_catalog(settings).users["user_id"].iloc[0])
+    base = f"http://127.0.0.1:{free_port()}"
+    args: list[str | Path] = [
+        REPO / ".venv" / "bin" / "turnout",
+        "serve",
+        "--now",
+        as_of,
+        "--port",
+        base.rsplit(":", 1)[1],
+    ]
+    log = home / "logs" / "serve-cluster-test.log"
+
+    def model_loaded() -> bool:
+        return bool(_json(f"{base}/healthz")["components"]["model"]["status"] == "ok")
+
+    with running(args, _env(home, "cluster-local"), log, model_loaded, 300):
         feed = _json(f"{base}/v1/feed?user_id={user}")
         clients = subprocess.run(
             ["redis-cli", "-p", "6391", "client", "list"], capture_output=True, text=True, check=True
         ).stdout.splitlines()
         return feed, _json(f"{base}/healthz"), clients
-    finally:
-        os.killpg(service.pid, signal.SIGTERM)
-        service.wait(60)

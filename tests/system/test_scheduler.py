@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sqlite3
 import subprocess
 import time
@@ -37,15 +36,10 @@ from typing import Any
 import pytest
 
 from tests.system.browser import browser_page, needs_chromium, screenshot
+from tests.system.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Deployment:
@@ -114,12 +108,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deplo
 
     home = tmp_path_factory.mktemp("scheduler") / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TURNOUT_"))}
-    port = _free_port()
+    port = free_port()
     env.update(
         TURNOUT_HOME=str(home),
         AIRFLOW_PORT=str(port),
-        MLFLOW_PORT=str(_free_port()),
-        FEED_PORT=str(_free_port()),
+        MLFLOW_PORT=str(free_port()),
+        FEED_PORT=str(free_port()),
         DOWN_GRACE="30",
     )
     summary = simulate(SimulationConfig(users=100, days=21, seed=7), home / "landing", home / "simulator")
