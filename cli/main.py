@@ -138,6 +138,12 @@ def simulate(
     users: Annotated[int, typer.Option(help="Number of users.")] = 3000,
     days: Annotated[int, typer.Option(help="Days of platform history.")] = 28,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed writes the same files.")] = 7,
+    platform_days: Annotated[
+        int,
+        typer.Option(
+            help="Days after the history for the live platform (`turnout platform`, the platform DAG) to play."
+        ),
+    ] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing landing zone.")] = False,
     as_json: JsonFlag = False,
     profile: Profile = None,
@@ -147,7 +153,7 @@ def simulate(
     from simulator.run import simulate as run_simulation
 
     settings = _settings(profile)
-    config = SimulationConfig(users=users, days=days, seed=seed)
+    config = SimulationConfig(users=users, days=days, seed=seed, platform_days=platform_days)
     landing = Path(settings.landing.root)
     t0 = time.perf_counter()
     with _progress("simulate") as progress:
@@ -415,7 +421,12 @@ def schema() -> None:
     out.print(render_markdown(), markup=False, highlight=False, soft_wrap=True)
 
 
-def _serving_state(settings: Settings, now: datetime, clock: Callable[[], datetime] | None = None) -> Any:
+def _serving_state(
+    settings: Settings,
+    now: datetime,
+    clock: Callable[[], datetime] | None = None,
+    follow_published: bool = False,
+) -> Any:
     """The real serving state as of ``now`` (requests on ``clock``, default pinned to ``now``); a
     readable exit when nothing is published. Whatever is missing is named, and served around.
     """
@@ -424,7 +435,9 @@ def _serving_state(settings: Settings, now: datetime, clock: Callable[[], dateti
     try:
         with _progress("loading the serving state") as progress:
             progress("catalog, index, champions, online store", 0, 1)
-            state = load_serving_state(settings, now, require_model=False, clock=clock)
+            state = load_serving_state(
+                settings, now, require_model=False, clock=clock, follow_published=follow_published
+            )
             progress("ready", 1, 1)
     except NotPublished as e:
         err.print(f"[red]cannot serve real data[/red]: {e} (run `make demo` first)")
@@ -444,6 +457,14 @@ def serve(
         str | None,
         typer.Option("--now", help="Serve as of this instant (UTC, e.g. 2026-11-09T00:00Z); default: now."),
     ] = None,
+    clock: Annotated[
+        str,
+        typer.Option(
+            "--clock",
+            help="wall: the wall clock (or --now); published: the instant of the newest published "
+            "catalog, for a simulated platform that sends its own `now` (the `platform` DAG).",
+        ),
+    ] = "wall",
     synthetic: Annotated[
         bool, typer.Option("--synthetic", help="Serve an in-process synthetic dense-metro world instead.")
     ] = False,
@@ -483,8 +504,13 @@ def serve(
         state.clock = lambda: world.now  # the synthetic catalog is live as of its own instant
         err.print(f"serving {len(world.snapshot)} synthetic events as of {world.now.isoformat()}")
     else:
+        if clock not in ("wall", "published"):
+            err.print(f"[red]--clock must be wall or published, not {clock!r}[/red]")
+            raise typer.Exit(2)
         at = _parse_instant(now) or datetime.now(UTC)
-        state = _serving_state(settings, at, None if now else lambda: datetime.now(UTC))
+        state = _serving_state(
+            settings, at, None if now else lambda: datetime.now(UTC), follow_published=clock == "published"
+        )
         err.print(
             f"serving {len(state.snapshot)} live events as of {at.isoformat()} "
             f"(index {state.index_version}, model {state.model_version()})"
@@ -591,6 +617,59 @@ def bench_serving(
         compiled_cache=cache,
     )
     err.print(render.serving_bench(report, table_rows(report), summary_lines(report)))
+    _emit(report, as_json)
+
+
+@app.command()
+def platform(
+    start: Annotated[str, typer.Option(help="First hour to play, UTC (e.g. 2026-11-09T00:00Z).")],
+    end: Annotated[str, typer.Option(help="End of the hours to play, exclusive.")],
+    feed_url: Annotated[
+        str | None, typer.Option(help="The feed service its users ask; default: settings.platform.feed_url.")
+    ] = None,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Play the simulated platform's hours in [start, end) against the running feed service.
+
+    Each hour delivers what the world brings (sign-ups, new events, cancellations, outcomes due),
+    asks the service for the hour's feeds (it logs the impressions), lets users respond by the
+    hidden ground truth and tells the booking counter. A played hour is not played again.
+    """
+    from cli.platform import play_platform
+
+    settings = _settings(profile)
+    t_start, t_end = _parse_instant(start), _parse_instant(end)
+    assert t_start is not None and t_end is not None
+    try:
+        with _progress("platform") as progress:
+            report = play_platform(settings, t_start, t_end, feed_url, progress=progress)
+    except ValueError as e:
+        err.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from e
+    err.print(render.platform_hours(report))
+    _emit(report, as_json)
+
+
+report_app = typer.Typer(help="Reports over what the running system did.", no_args_is_help=True)
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("loop")
+def report_loop(
+    mlflow_run: Annotated[bool, typer.Option(help="Log the table and the trend plot to MLflow.")] = True,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """The closed loop per simulated day: champions, feeds, outcomes per feed beside the oracle's."""
+    from cli.platform import loop_report
+
+    settings = _settings(profile)
+    report = loop_report(settings, log_to_mlflow=mlflow_run)
+    if not report["days"]:
+        err.print("no platform hours played yet (`turnout platform`, or the platform DAG)")
+    else:
+        err.print(render.loop_days(report))
     _emit(report, as_json)
 
 

@@ -36,6 +36,56 @@ def simulation(data: dict[str, Any], landing: str, seconds: float) -> Table:
     return table
 
 
+def platform_hours(report: dict[str, Any]) -> Table:
+    table = _table(
+        f"platform [{report['start']}, {report['end']})",
+        (
+            "hour",
+            "requests",
+            "failed",
+            "served by",
+            "impressions",
+            "RSVPs",
+            "exp. attend / feed",
+            "oracle / feed",
+            "lines",
+        ),
+    )
+    for h in report["hours"]:
+        feeds = max(h["requests"] - h["feeds_failed"], 1)
+        table.add_row(
+            h["hour"] + (" (played before)" if h.get("already_played") else ""),
+            str(h["requests"]),
+            str(h["feeds_failed"]),
+            ", ".join(f"{k} {v}" for k, v in sorted(h["served_by"].items())) or "-",
+            str(h["impressions"]),
+            str(h["rsvps"]),
+            f"{h['expected_attendance'] / feeds:.3f}",
+            f"{h['oracle_expected_attendance'] / feeds:.3f}",
+            str(sum(h["lines"].values())),
+        )
+    return table
+
+
+def loop_days(report: dict[str, Any]) -> Table:
+    table = _table(
+        "the closed loop per simulated day (per feed; expected = under the ground truth)",
+        ("day", "champions", "feeds", "by model", "exp. RSVPs", "exp. attend", "oracle attend", "share",
+         "RSVPs", "attended", "explore", "attend labels"),
+    )  # fmt: skip
+    for d in report["days"]:
+        share = d.get("share_of_oracle")
+        table.add_row(
+            d["day"], d["champions"], str(d["feeds"]), str(d["served_by_model"]), f"{d['expected_rsvps']:.3f}",
+            f"{d['expected_attendance']:.3f}", f"{d['oracle_expected_attendance']:.3f}",
+            "-" if share is None or share != share else f"{share:.1%}", f"{d['rsvps']:.3f}",
+            f"{d['attendances']:.3f}", f"{d['exploration_share']:.1%}", str(d["attend_labels"]),
+        )  # fmt: skip
+    if report.get("mlflow_run_id"):
+        table.caption = f"logged to MLflow run {report['mlflow_run_id']} (loop_trend.png, loop_days.csv)"
+    return table
+
+
 def ingestion(run_id: str, report: dict[str, Any]) -> RenderableType:
     if not report["tables"]:
         return f"ingest {run_id}: nothing was delivered in [{report['start']}, {report['end']})"

@@ -165,6 +165,14 @@ class ServingSettings(_Strict):
     max_state_age_hours: float = Field(default=24.0, gt=0.0)
 
 
+class PlatformSettings(_Strict):
+    """The simulated platform's side of the loop (``simulator.platform``, the ``platform`` DAG)."""
+
+    # The feed service the platform's users ask (``make up`` starts it; FEED_PORT moves it).
+    feed_url: str = "http://127.0.0.1:8765"
+    request_timeout_seconds: float = Field(default=30.0, gt=0.0)
+
+
 class Settings(_Strict):
     profile: str
     home: Path
@@ -179,6 +187,7 @@ class Settings(_Strict):
     )
     training: TrainingSettings = Field(default_factory=lambda: TrainingSettings())
     serving: ServingSettings = Field(default_factory=lambda: ServingSettings())
+    platform: PlatformSettings = Field(default_factory=lambda: PlatformSettings())
 
 
 class SettingsError(ValueError):

@@ -79,6 +79,11 @@ SILVER_ASSETS: Final[tuple[Asset, ...]] = tuple(silver_asset(t) for t in SILVER_
 # nothing downstream. Consumers schedule on the silver assets themselves.
 SILVER_DELIVERED: Final = AssetAlias(name="silver.delivered", group="silver")
 
+# Updated by the ``platform`` DAG (the simulated platform) for every hour it delivered into the
+# landing zone, extra ``{"start", "end"}``: ``ingest`` runs for that hour at once instead of on the
+# wall clock's hour, so a backfilled platform is ingested hour by hour behind it.
+LANDING_DELIVERED: Final = Asset(name="landing.delivered", uri="turnout://landing/delivered", group="landing")
+
 # Updated by the ``features`` DAG once gold is validated and materialized; its event's extra
 # carries ``{"end": ISO}``, the instant the features are complete up to.
 GOLD_FEATURES: Final = Asset(name="gold.features", uri="turnout://gold/features", group="gold")
@@ -141,3 +146,73 @@ def current_window() -> RunWindow:
             "the DAG needs an interval timetable such as _common.hourly_utc()"
         )
     return RunWindow(start=start, end=end, run_id=context["run_id"])
+
+
+def resolve_window(context: Any) -> dict[str, str]:
+    """The interval this run rebuilds, as ISO strings: ``{"start", "end", "run_id"}``.
+
+    1. Triggered by asset events: the union of the windows the producing runs covered (each
+       event's ``extra`` ``start``/``end``, else its run's data interval): an asset-triggered run
+       has no data interval of its own.
+    2. Triggered by hand with ``{"start": ISO, "end": ISO}`` in the run conf: that window
+       (backfills, tests).
+    3. Otherwise the run's own data interval, failing without retry when it is empty.
+    """
+    starts: list[datetime] = []
+    ends: list[datetime] = []
+    for events in (context.get("triggering_asset_events") or {}).values():
+        for event in events:
+            extra = event.extra or {}
+            run = event.source_dag_run
+            if extra.get("start") and extra.get("end"):  # the window the producing run covered
+                starts.append(datetime.fromisoformat(extra["start"]))
+                ends.append(datetime.fromisoformat(extra["end"]))
+            elif run is not None and run.data_interval_start and run.data_interval_end:
+                starts.append(run.data_interval_start)
+                ends.append(run.data_interval_end)
+    run_id = str(context["run_id"])
+    if starts:
+        return {"start": min(starts).isoformat(), "end": max(ends).isoformat(), "run_id": run_id}
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    if "start" in conf or "end" in conf:
+        from contracts.instants import parse_instant
+
+        try:
+            start, end = parse_instant(str(conf["start"])), parse_instant(str(conf["end"]))
+        except (KeyError, ValueError) as err:
+            raise AirflowFailException(
+                f"run conf needs ISO 'start' and 'end' with a UTC offset: {err}"
+            ) from err
+        if not start < end:
+            raise AirflowFailException(
+                f"run conf window [{conf['start']}, {conf['end']}) is not an aware interval"
+            )
+        return {"start": start.isoformat(), "end": end.isoformat(), "run_id": run_id}
+    window = current_window()
+    return {"start": window.start.isoformat(), "end": window.end.isoformat(), "run_id": window.run_id}
+
+
+def resolve_features_end(context: Any) -> str:
+    """The instant a run acts as of, as ISO: how far the features reach that triggered it.
+
+    1. Triggered by ``gold.features``: the newest triggering event's ``extra["end"]``.
+    2. Triggered by hand with ``{"as_of": ISO}`` in the run conf (backfills, tests).
+    3. Otherwise the end of the run's own data interval.
+    """
+    ends = [
+        event.extra["end"]
+        for events in (context.get("triggering_asset_events") or {}).values()
+        for event in events
+        if (event.extra or {}).get("end")
+    ]
+    if ends:
+        return max(ends, key=datetime.fromisoformat)
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    if "as_of" in conf:
+        from contracts.instants import parse_instant
+
+        try:
+            return parse_instant(str(conf["as_of"])).isoformat()
+        except ValueError as err:
+            raise AirflowFailException(f"run conf 'as_of': {err}, e.g. 2026-11-09T00:00Z") from err
+    return current_window().end.isoformat()

@@ -14,51 +14,12 @@ from _common import (
     GOLD_FEATURES,
     SILVER_ASSETS,
     START_DATE,
-    current_window,
     default_args,
     fail_without_retry,
+    resolve_window,
 )
 from airflow.sdk import AssetAny, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
-
-def resolve_window(context: Any) -> dict[str, str]:
-    """The interval this run rebuilds, as ISO strings: ``{"start", "end", "run_id"}``.
-
-    1. Triggered by silver updates: the union of the data intervals of the ingest runs that
-       produced them (an asset-triggered run has no data interval of its own).
-    2. Triggered by hand with ``{"start": ISO, "end": ISO}`` in the run conf: that window
-       (backfills, tests).
-    3. Otherwise the run's own data interval, failing without retry when it is empty.
-    """
-    starts: list[datetime] = []
-    ends: list[datetime] = []
-    for events in (context.get("triggering_asset_events") or {}).values():
-        for event in events:
-            run = event.source_dag_run
-            if run is not None and run.data_interval_start and run.data_interval_end:
-                starts.append(run.data_interval_start)
-                ends.append(run.data_interval_end)
-    run_id = str(context["run_id"])
-    if starts:
-        return {"start": min(starts).isoformat(), "end": max(ends).isoformat(), "run_id": run_id}
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    if "start" in conf or "end" in conf:
-        from contracts.instants import parse_instant
-
-        try:
-            start, end = parse_instant(str(conf["start"])), parse_instant(str(conf["end"]))
-        except (KeyError, ValueError) as err:
-            raise AirflowFailException(
-                f"run conf needs ISO 'start' and 'end' with a UTC offset: {err}"
-            ) from err
-        if not start < end:
-            raise AirflowFailException(
-                f"run conf window [{conf['start']}, {conf['end']}) is not an aware interval"
-            )
-        return {"start": start.isoformat(), "end": end.isoformat(), "run_id": run_id}
-    window = current_window()
-    return {"start": window.start.isoformat(), "end": window.end.isoformat(), "run_id": window.run_id}
+from airflow.sdk.exceptions import AirflowSkipException
 
 
 @dag(

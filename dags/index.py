@@ -5,24 +5,27 @@ Wiring only; the work is in ``pipelines.index.run``.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from _common import (
     EVENT_EMBEDDINGS,
     GEO_INDEX,
+    GOLD_FEATURES,
     START_DATE,
-    current_window,
     default_args,
     fail_without_retry,
     hourly_utc,
+    resolve_features_end,
 )
-from airflow.sdk import dag, task
+from airflow.sdk import AssetOrTimeSchedule, dag, get_current_context, task
 
 
 @dag(
     dag_id="index",
-    schedule=hourly_utc(),
+    # Hourly on the clock, and as soon as a features run brings gold (and the online store) forward:
+    # the served catalog then follows the platform hour by hour even when it is backfilled.
+    schedule=AssetOrTimeSchedule(timetable=hourly_utc(), assets=GOLD_FEATURES),
     start_date=START_DATE,
     catchup=False,
     # Versions are numbered in build order and published one at a time: one run at a time.
@@ -34,7 +37,9 @@ def index() -> None:
     """
     ### Index: content embeddings and the geo-time index, one UTC hour per run
 
-    `now` is the end of the run's data interval: every step sees the platform as it was then.
+    `now` is the end of the run's data interval, or, when a `gold.features` update started it, the
+    instant those features reach (by hand: `{"as_of": ISO}` in the run conf): every step sees the
+    platform as it was then.
 
     1. **embed**: `pipelines.index.run.embed_new_events` gives every event without an up-to-date
        vector under the published content tower its 64 numbers, MERGEd into
@@ -55,34 +60,39 @@ def index() -> None:
     `ingest` run for the same hour has not merged yet are picked up an hour later.
     """
 
+    @task(multiple_outputs=False)
+    def as_of() -> str:
+        return resolve_features_end(get_current_context())
+
     @task(multiple_outputs=False, outlets=[EVENT_EMBEDDINGS])
-    def embed() -> dict[str, Any]:
+    def embed(at: str) -> dict[str, Any]:
         # Imported here, not at module level: torch and Spark load only when a task runs.
         from conf import load_settings
         from pipelines.index.run import embed_new_events
 
-        return embed_new_events(load_settings(), now=current_window().end)
+        return embed_new_events(load_settings(), now=datetime.fromisoformat(at))
 
     @task(multiple_outputs=False)
-    def build() -> dict[str, Any]:
+    def build(at: str) -> dict[str, Any]:
         from conf import load_settings
         from pipelines.index.run import IndexValidationError, build_index_version
 
         with fail_without_retry(IndexValidationError):
-            return build_index_version(load_settings(), now=current_window().end)
+            return build_index_version(load_settings(), now=datetime.fromisoformat(at))
 
     @task(multiple_outputs=False, outlets=[GEO_INDEX])
-    def publish(built: dict[str, Any]) -> dict[str, Any]:
+    def publish(built: dict[str, Any], at: str) -> dict[str, Any]:
         from conf import load_settings
         from pipelines.index.run import IndexValidationError, TowerVersionMismatch, publish_index_version
 
         with fail_without_retry(IndexValidationError, TowerVersionMismatch):
-            return publish_index_version(load_settings(), built["version"], now=current_window().end)
+            return publish_index_version(load_settings(), built["version"], now=datetime.fromisoformat(at))
 
-    built = build()
-    embed() >> built
-    # TaskFlow hands ``publish`` the build's XCom (the staged version) at run time.
-    publish(built)  # type: ignore[arg-type]
+    # XComArgs at parse time, the values at run time.
+    at: Any = as_of()
+    built: Any = build(at)
+    embed(at) >> built
+    publish(built, at)
 
 
 index()

@@ -11,35 +11,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from _common import GOLD_FEATURES, START_DATE, current_window, default_args, fail_without_retry, weekly_utc
+from _common import (
+    GOLD_FEATURES,
+    START_DATE,
+    default_args,
+    fail_without_retry,
+    weekly_utc,
+)
+from _common import resolve_features_end as resolve_as_of
 from airflow.sdk import PokeReturnValue, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException
-
-
-def resolve_as_of(context: Any) -> str:
-    """The instant a run trains as of, as ISO.
-
-    1. Triggered by ``gold.features``: the newest triggering event's ``extra["end"]``.
-    2. Triggered by hand with ``{"as_of": ISO}`` in the run conf (backfills, tests).
-    3. Otherwise the end of the run's own data interval.
-    """
-    ends = [
-        event.extra["end"]
-        for events in (context.get("triggering_asset_events") or {}).values()
-        for event in events
-        if (event.extra or {}).get("end")
-    ]
-    if ends:
-        return max(ends, key=datetime.fromisoformat)
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    if "as_of" in conf:
-        from contracts.instants import parse_instant
-
-        try:
-            return parse_instant(str(conf["as_of"])).isoformat()
-        except ValueError as err:
-            raise AirflowFailException(f"run conf 'as_of': {err}, e.g. 2026-11-09T00:00Z") from err
-    return current_window().end.isoformat()
 
 
 def _train(head: str, as_of: str) -> dict[str, Any]:

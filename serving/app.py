@@ -38,7 +38,7 @@ from serving.refresh import BackgroundRefresher
 from serving.schema import FeedResult
 from serving.state import ServingState
 
-FEED_PARAMETERS = ("user_id", "lat", "lng", "now")
+FEED_PARAMETERS = ("user_id", "lat", "lng", "now", "request_id")
 
 
 class ErrorOut(BaseModel):
@@ -207,6 +207,15 @@ def create_app(
             str | None,
             Query(max_length=64, description="The request instant, ISO-8601 with offset; default: now"),
         ] = None,
+        request_id: Annotated[
+            str | None,
+            Query(
+                pattern=ID_PATTERN,
+                max_length=64,
+                description="The client's id for this request (a retry sends the same one and gets the "
+                "same impression ids); default: a fresh one",
+            ),
+        ] = None,
     ) -> FeedResult:
         repeated = [k for k, n in Tally(k for k, _ in request.query_params.multi_items()).items() if n > 1]
         if repeated:
@@ -222,7 +231,7 @@ def create_app(
         if (lat is None) != (lng is None):
             raise Refused("partial_location", "send both lat and lng, or neither (to use the user's home)")
         at = requested_instant(now, state)
-        req = FeedRequest(user_id=user_id, now=at, lat=lat, lng=lng, request_id=make_id())
+        req = FeedRequest(user_id=user_id, now=at, lat=lat, lng=lng, request_id=request_id or make_id())
         try:
             result = serve_feed(state, req)
         except NoLocation as e:

@@ -396,7 +396,9 @@ def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
     timer.lap("hydrate")
 
     version = scores.model.version if scores.model is not None else "popularity"
-    served_at_s = to_micros(state.clock()) / 1e6  # the server's instant, whatever the request asked
+    # The instant the feed was computed for: the service's clock, or the request's ``now`` when it
+    # sent one (a simulated platform replays its own clock, and its impressions land in its hours).
+    served_at_s = to_micros(req.now) / 1e6
     if not log_impressions(state, req, served_at_s, version, events, weekend_items):
         tags.append("unlogged")
     timer.lap("log")

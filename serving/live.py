@@ -475,11 +475,15 @@ def load_serving_state(
     impressions: ImpressionSink | None = None,
     require_model: bool = True,
     clock: Callable[[], datetime] | None = None,
+    follow_published: bool = False,
 ) -> ServingState:
     """The serving state from what the batch side published, whatever of it is there.
 
     ``now`` is the instant loaded; ``clock`` the request clock (default: pinned to ``now``, as the
-    demo serves its history's last instant; a live service passes the wall clock). Impressions go
+    demo serves its history's last instant; a live service passes the wall clock).
+    ``follow_published`` makes the clock the instant of the newest published catalog instead: for
+    a simulated platform that runs on its own clock (``simulator.platform``) and sends it with every
+    request, the service's own instant moves as the batch side publishes. Impressions go
     to the landing zone unless ``impressions`` is given. Each dependency that is missing starts
     in its fallback and is picked up by the dependency checks once it appears: no index (scan the
     snapshot), no online store (the catalog's events by popularity, users from their homes), no
@@ -489,14 +493,17 @@ def load_serving_state(
     now = now.astimezone(UTC)
     cfg = config or ServingConfig()
     started = time.time()
-    request_clock = clock or (lambda: now)
-    sources = LiveSources(settings, request_clock)
+    sources = LiveSources(settings, clock or (lambda: now))
     try:
         sources.follow_catalog()
     except Exception as e:
         raise NotPublished(f"no usable published catalog: {e}") from e
     catalog = sources.catalog
     assert catalog is not None
+    if follow_published:
+        now = catalog.as_of
+        sources.clock = lambda: sources.catalog.as_of if sources.catalog is not None else now
+    request_clock = sources.clock
     notes: dict[str, str] = {}
     try:
         live: Any = load_live_index(geo_store(settings), sources.tower_version)
@@ -550,6 +557,7 @@ def load_serving_state(
         refresh_models_fn=sources.refresh_models,
         refresh_index_fn=follow_index,
         as_of=catalog.as_of,
+        as_of_fn=lambda: sources.catalog.as_of if sources.catalog is not None else None,
         max_state_age_s=settings.serving.max_state_age_hours * 3600.0,
         check_dependencies_fn=sources.check,
     )

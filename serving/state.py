@@ -190,6 +190,8 @@ class ServingState:
     # The instant the published state describes (None: unknown) and how far past it a request may
     # ask for an instant before the answer would be made of stale counters and expired features.
     as_of: datetime | None = None
+    # The published state's instant after a refresh (the catalog it followed); None: fixed.
+    as_of_fn: Callable[[], datetime | None] | None = None
     max_state_age_s: float = 24 * 3600.0
     # The live service's real dependency checks (serving.live); None: nothing to check (tests).
     check_dependencies_fn: Callable[[ServingState], None] | None = None
@@ -226,6 +228,8 @@ class ServingState:
             self.health["snapshot"].set("degraded", "serving the last good snapshot")
             return False
         self.snapshot = fresh
+        if self.as_of_fn is not None:
+            self.as_of = self.as_of_fn() or self.as_of
         self.health["online_store"].set("ok")
         self.health["snapshot"].set("ok")
         return True

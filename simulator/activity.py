@@ -44,7 +44,7 @@ SOURCE_TICKET = 0
 SOURCE_GEOFENCE = 1
 
 # Local hour-of-day weights of feed requests (lunch and evening peaks, quiet nights).
-_REQUEST_HOURS = np.array(
+REQUEST_HOUR_WEIGHTS = np.array(
     [
         0.3,
         0.15,
@@ -165,17 +165,17 @@ def _requests(world: World, a: _Arrays, rng: np.random.Generator, offsets: IntAr
     cfg = world.config
     users = world.users
     active_from = np.maximum(users["signup_s"].to_numpy(), world.start_s)
-    active_days = np.clip((world.end_s - active_from) / DAY, 0.0, None)
+    active_days = np.clip((world.history_end_s - active_from) / DAY, 0.0, None)
     counts = rng.poisson(users["request_rate"].to_numpy() * active_days)
     user = np.repeat(np.arange(len(users)), counts)
-    t = rng.uniform(active_from[user], world.end_s)
+    t = rng.uniform(active_from[user], world.history_end_s)
     day = ((t - world.start_s) // DAY).astype(np.int64)
-    hour = rng.choice(24, size=len(user), p=_REQUEST_HOURS / _REQUEST_HOURS.sum())
+    hour = rng.choice(24, size=len(user), p=REQUEST_HOUR_WEIGHTS / REQUEST_HOUR_WEIGHTS.sum())
     local_sec = hour * HOUR + rng.integers(0, HOUR, len(user))
     served = (world.start_s + day * DAY + (local_sec - offsets[a.u_metro[user], day]) % DAY).astype(np.int64)
     late_start = active_from[user] + rng.integers(60, HOUR, len(user))
     served = np.where(served < active_from[user], late_start, served)
-    keep = served < world.end_s
+    keep = served < world.history_end_s
     user, served = user[keep], served[keep]
     local = served + offsets[a.u_metro[user], (served - world.start_s) // DAY]
     dow = ((local // DAY) + 3) % 7
@@ -189,7 +189,7 @@ def _organic_intents(world: World, rng: np.random.Generator) -> pd.DataFrame:
     cfg = world.config
     users = world.users
     active_from = np.maximum(users["signup_s"].to_numpy(), world.start_s)
-    active_days = np.clip((world.end_s - active_from) / DAY, 0.0, None)
+    active_days = np.clip((world.history_end_s - active_from) / DAY, 0.0, None)
     rate = (
         cfg.organic_rsvps_per_user_day
         * users["request_rate"].to_numpy()
@@ -197,7 +197,7 @@ def _organic_intents(world: World, rng: np.random.Generator) -> pd.DataFrame:
     )
     counts = rng.poisson(rate * active_days)
     user = np.repeat(np.arange(len(users)), counts)
-    t = rng.uniform(active_from[user], world.end_s).astype(np.int64)
+    t = rng.uniform(active_from[user], world.history_end_s).astype(np.int64)
     order = np.lexsort((user, t))
     return pd.DataFrame({"user": user[order], "t": t[order]})
 

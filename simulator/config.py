@@ -56,6 +56,12 @@ class SimulationConfig:
     users: int = 3000
     days: int = 28
     seed: int = 7
+    # Days after the history that the platform plays live, hour by hour (``simulator.platform``,
+    # the ``platform`` DAG): the world spans them (users sign up, friendships form, events are
+    # listed and cancelled), but no activity is simulated for them and none of their landing lines
+    # is written up front; each platform hour delivers what that hour brings, and its users
+    # respond to the feeds the running service returns.
+    platform_days: int = 0
     # The 28-day window spans the EU (Oct 25) and US (Nov 1) DST fall-back nights.
     start: datetime = datetime(2026, 10, 12, tzinfo=UTC)
     metros: tuple[str, ...] = ("nyc", "sf", "chicago", "london", "berlin")
@@ -172,6 +178,8 @@ class SimulationConfig:
             problems.append("users must be >= 10")
         if self.days < 1:
             problems.append("days must be >= 1")
+        if self.platform_days < 0:
+            problems.append("platform_days must be >= 0")
         if self.start.tzinfo is None or self.start.utcoffset() != UTC.utcoffset(None):
             problems.append("start must be timezone-aware UTC")
         unknown = [m for m in self.metros if m not in METROS]

@@ -236,6 +236,25 @@ def plan_delivery(
     )
 
 
+def split_delivery(delivery: EntityDelivery, from_hour: int) -> tuple[EntityDelivery, EntityDelivery]:
+    """(lines delivered before ``from_hour``, lines from it on); the counts stay on the first part."""
+    early = delivery.hours < from_hour
+    now = EntityDelivery(
+        entity=delivery.entity,
+        lines=delivery.lines[early],
+        hours=delivery.hours[early],
+        generated=delivery.generated,
+        duplicates=delivery.duplicates,
+        late=delivery.late,
+        malformed=delivery.malformed,
+    )
+    later = EntityDelivery(
+        entity=delivery.entity, lines=delivery.lines[~early], hours=delivery.hours[~early], generated=0,
+        duplicates=0, late=0,
+    )  # fmt: skip
+    return now, later
+
+
 def _jsonable(value: Any) -> Any:
     """pandas/numpy scalars -> plain Python for json.dumps."""
     if isinstance(value, np.generic):

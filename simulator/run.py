@@ -20,7 +20,7 @@ import numpy as np
 from simulator.activity import Activity, simulate_activity
 from simulator.clock import HOUR, iso_instants
 from simulator.config import SimulationConfig
-from simulator.delivery import clear_landing, plan_delivery, write_delivery
+from simulator.delivery import EntityDelivery, clear_landing, plan_delivery, split_delivery, write_delivery
 from simulator.landing import landing_tables, make_id_table
 from simulator.truth import write_truth
 from simulator.world import World, build_world
@@ -40,6 +40,8 @@ class EntitySummary:
     late: int
     malformed: dict[str, int]
     files: int
+    # Lines due after the history's end, kept back for the live platform (``platform_days``).
+    held_for_platform: int = 0
 
     @property
     def malformed_total(self) -> int:
@@ -54,6 +56,7 @@ class EntitySummary:
             "malformed": dict(self.malformed),
             "malformed_total": self.malformed_total,
             "files": self.files,
+            "held_for_platform": self.held_for_platform,
         }
 
 
@@ -107,6 +110,7 @@ class SimulationSummary:
                     late=int(e["late"]),
                     malformed={k: int(v) for k, v in e["malformed"].items()},
                     files=int(e["files"]),
+                    held_for_platform=int(e.get("held_for_platform", 0)),
                 )
                 for name, e in data["entities"].items()
             },
@@ -192,9 +196,14 @@ def simulate(
     clear_landing(landing_root, overwrite)
     landing_root.mkdir(parents=True, exist_ok=True)
     entities: dict[str, EntitySummary] = {}
+    held: list[EntityDelivery] = []
     first_hour, last_hour = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     for i, (name, table) in enumerate(tables.items()):
         delivery = plan_delivery(table, config, dirt_rng, world.start_s)
+        if config.platform_days:
+            # What is due from the history's end on is the live platform's to deliver, hour by hour.
+            delivery, later = split_delivery(delivery, world.history_end_s // HOUR)
+            held.append(later)
         files = write_delivery(delivery, landing_root, config.part_max_lines)
         if len(delivery.hours):
             first_hour = min(first_hour, int(delivery.hours.min()))
@@ -206,20 +215,25 @@ def simulate(
             late=delivery.late,
             malformed=delivery.malformed,
             files=files,
+            held_for_platform=len(held[-1].lines) if config.platform_days else 0,
         )
-        if entities[name].lines_written != (
+        if entities[name].lines_written + entities[name].held_for_platform != (
             delivery.generated + delivery.duplicates + entities[name].malformed_total
         ):
             raise AssertionError(f"{name}: line accounting does not add up")
         report("landing", i + 1, len(tables))
 
     write_truth(world, activity, ids, truth_root)
+    if config.platform_days:
+        from simulator.platform import start_platform
+
+        start_platform(truth_root, held, world.history_end_s)
     report("truth", 1, 1)
     summary = SimulationSummary(
         seed=config.seed,
         config=config.to_dict(),
         window_start=str(iso_instants([world.start_s])[0]),
-        window_end=str(iso_instants([world.end_s])[0]),
+        window_end=str(iso_instants([world.history_end_s])[0]),
         delivered_first=str(iso_instants([first_hour * HOUR])[0]),
         delivered_last=str(iso_instants([last_hour * HOUR])[0]),
         entities=entities,

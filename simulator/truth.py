@@ -14,6 +14,8 @@ Files under ``truth_root``:
 * ``metro_category_hour.parquet``: the metro x category x hour-of-week taste table.
 * ``impressions.parquet``: per impression the friends-going count and p_rsvp it was sampled with.
 * ``attendance.parquet``: per RSVP the p_attend_given_rsvp it was sampled with.
+* ``friendships.parquet``, ``rsvps.parquet``: who is friends with whom since when, and every
+  accepted RSVP with its instant (what "friends going" and the booking counters are made of).
 * ``params.json`` / ``params.parquet``: the configuration and model constants.
 * ``manifest.json``: the run summary (written by ``run.simulate``).
 """
@@ -195,6 +197,23 @@ def write_truth(world: World, activity: Activity, ids: Ids, truth_root: Path) ->
             "p_attend_given_rsvp": np.where(at["cancelled"].to_numpy(bool), 0.0, at["p_attend"].to_numpy()),
         }
     ).to_parquet(truth_root / "attendance.parquet", index=False)
+
+    fr = world.friendships
+    pd.DataFrame(
+        {
+            "user_id": ids.users[fr["a"].to_numpy(np.int64)],
+            "friend_id": ids.users[fr["b"].to_numpy(np.int64)],
+            "created_at": _ts(fr["created_s"].to_numpy()),
+        }
+    ).to_parquet(truth_root / "friendships.parquet", index=False)
+    rs = activity.rsvps
+    pd.DataFrame(
+        {
+            "user_id": ids.users[rs["user"].to_numpy(np.int64)],
+            "event_id": ids.events[rs["event"].to_numpy(np.int64)],
+            "rsvp_at": _ts(rs["rsvp_s"].to_numpy()),
+        }
+    ).to_parquet(truth_root / "rsvps.parquet", index=False)
 
     params = model_params(cfg)
     (truth_root / "params.json").write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")

@@ -192,7 +192,8 @@ class World:
 
     config: SimulationConfig
     start_s: int
-    end_s: int
+    end_s: int  # the world's end: the history plus the days the platform plays live
+    history_end_s: int  # where the simulated activity (and the landing written up front) ends
     users: pd.DataFrame
     taste: FloatArray  # users x categories, multiplicative taste
     user_updates: pd.DataFrame
@@ -812,7 +813,8 @@ def _event_updates(
 def build_world(config: SimulationConfig, rng: np.random.Generator) -> World:
     """Generate the whole static world for one config (deterministic given ``rng``)."""
     start_s = int(config.start.timestamp())
-    end_s = start_s + config.days * DAY
+    history_end_s = start_s + config.days * DAY
+    end_s = history_end_s + config.platform_days * DAY
     users, taste, _ = _users(config, rng, start_s, end_s)
     user_updates = _user_updates(config, rng, users, taste, start_s, end_s)
     friendships = _friendships(config, rng, users, start_s, end_s)
@@ -852,6 +854,7 @@ def build_world(config: SimulationConfig, rng: np.random.Generator) -> World:
         config=config,
         start_s=start_s,
         end_s=end_s,
+        history_end_s=history_end_s,
         users=users,
         taste=taste,
         user_updates=user_updates,

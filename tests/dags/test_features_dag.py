@@ -48,9 +48,9 @@ def test_features_dag_shape(dagbag: DagBag) -> None:
     assert uris == {f"turnout://silver/{t}" for t in SILVER_TABLES}
 
 
-def _event(start: datetime, end: datetime) -> Any:
+def _event(start: datetime, end: datetime, extra: dict[str, str] | None = None) -> Any:
     run = SimpleNamespace(data_interval_start=start, data_interval_end=end)
-    return SimpleNamespace(source_dag_run=run)
+    return SimpleNamespace(source_dag_run=run, extra=extra)
 
 
 def test_resolve_window_paths() -> None:
@@ -71,6 +71,15 @@ def test_resolve_window_paths() -> None:
         "end": (END + timedelta(hours=1)).isoformat(),
         "run_id": "r1",
     }
+
+    # An asset-triggered producer (ingest behind the platform) has a wall-clock data interval of its
+    # own: the window it actually covered travels in the event's extra, and wins.
+    wall = datetime(2026, 12, 1, 10, tzinfo=UTC)
+    covered = {"start": START.isoformat(), "end": END.isoformat()}
+    window = module.resolve_window(
+        {"triggering_asset_events": {"silver.users": [_event(wall, wall, covered)]}, "run_id": "r2"}
+    )
+    assert window == {**covered, "run_id": "r2"}
 
     manual = SimpleNamespace(conf={"start": START.isoformat(), "end": END.isoformat()})
     window = module.resolve_window({"triggering_asset_events": {}, "dag_run": manual, "run_id": "m"})

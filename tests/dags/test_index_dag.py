@@ -48,8 +48,8 @@ def test_dags_are_wired_as_documented(dagbag: DagBag) -> None:
     tower = dagbag.get_dag("content_tower")
     assert index is not None and tower is not None
     assert {"turnout", "index"} <= set(index.tags) and {"turnout", "content_tower"} <= set(tower.tags)
-    assert index.task_dict["publish"].upstream_task_ids == {"build"}
-    assert index.task_dict["build"].upstream_task_ids == {"embed"}
+    assert index.task_dict["publish"].upstream_task_ids == {"build", "as_of"}
+    assert index.task_dict["build"].upstream_task_ids == {"embed", "as_of"}
     for dag in (index, tower):
         assert dag.doc_md and dag.max_active_runs == 1 and not dag.catchup
         assert all(t.retries == 2 for t in dag.tasks)
