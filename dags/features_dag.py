@@ -40,18 +40,20 @@ def features() -> None:
     Runs when ingestion updates any `silver.*` asset, over the union of the intervals those
     ingest runs covered (or, triggered by hand, over `{"start": ISO, "end": ISO}` from the run conf).
 
-    1. **build_gold**: `pipelines.features.jobs.build_gold` recomputes the gold feature tables
-       and MERGEs the rows of the window (plus the late-arrival lookback) into `gold.<table>`.
-    2. **validate_gold**: `pipelines.features.validation.validate_gold` runs a great-expectations
+    One task, one Spark session (`pipelines.features.run.update_features`), four steps; its XCom
+    holds each step's report and seconds:
+
+    1. **gold**: `pipelines.features.jobs.build_gold` recomputes the gold feature tables and
+       MERGEs the rows of the window (plus the late-arrival lookback) into `gold.<table>`.
+    2. **validate**: `pipelines.features.validation.validate_gold` runs a great-expectations
        suite per gold table (schema, nulls, ranges, `created >= event_timestamp`, freshness) as of
        the window's end. A broken table fails the run here, before anything reaches serving.
-    3. **apply_definitions**: `pipelines.features.definitions.apply_definitions` runs `feast apply` only
-       when the hash of `features/` differs from the registry's.
-    4. **materialize**: `pipelines.features.materialize.materialize` writes each feature view's new
-       window to the online store; it never writes a window ending before the last one. Then
-       updates the `gold.features` asset (extra `{"end": ISO}`), which triggers `train_rsvp`.
-       When no view moved forward (a past interval re-run, an interval already materialized)
-       the task is *skipped*: no `gold.features` event, no training run on stale features.
+    3. **apply**: `feast apply` only when the hash of `features/` differs from the registry's.
+    4. **materialize**: each feature view's new window goes to the online store; never a window
+       ending before the last one. Then the task updates the `gold.features` asset (extra
+       `{"end": ISO}`), which triggers `train_rsvp` and `index`. When no view moved forward (a past
+       interval re-run, an interval already materialized) the task is *skipped*: no
+       `gold.features` event, no training run on stale features.
 
     **Failures.** A data-contract failure (`DataContractError`) fails without retries: fix the job
     or the data, then clear the task. Anything else is retried twice. Every step is idempotent.
@@ -61,59 +63,33 @@ def features() -> None:
     def run_window() -> dict[str, str]:
         return resolve_window(get_current_context())
 
-    @task(multiple_outputs=False)
-    def build_gold(window: dict[str, str]) -> dict[str, Any]:
+    @task(multiple_outputs=False, outlets=[GOLD_FEATURES])
+    def update_features(window: dict[str, str]) -> dict[str, Any]:
         # Imported here, not at module level: a DAG file is parsed every few seconds.
         from conf import load_settings
         from contracts.errors import DataContractError
-        from pipelines.features.jobs import build_gold
+        from pipelines.features.run import update_features
 
         with fail_without_retry(DataContractError):
-            return build_gold(
+            report = update_features(
                 load_settings(),
                 start=datetime.fromisoformat(window["start"]),
                 end=datetime.fromisoformat(window["end"]),
                 run_id=window["run_id"],
             )
-
-    @task(multiple_outputs=False)
-    def validate_gold(window: dict[str, str]) -> dict[str, Any]:
-        from conf import load_settings
-        from contracts.errors import DataContractError
-        from pipelines.features.validation import validate_gold
-
-        with fail_without_retry(DataContractError):
-            return validate_gold(load_settings(), end=datetime.fromisoformat(window["end"]))
-
-    @task(multiple_outputs=False)
-    def apply_definitions() -> dict[str, Any]:
-        from conf import load_settings
-        from pipelines.features.definitions import apply_definitions
-
-        return apply_definitions(load_settings())
-
-    @task(multiple_outputs=False, outlets=[GOLD_FEATURES])
-    def materialize(window: dict[str, str]) -> dict[str, Any]:
-        from conf import load_settings
-        from pipelines.features.materialize import materialize
-
-        report = materialize(load_settings(), end=datetime.fromisoformat(window["end"]))
-        if not any(v["status"] == "materialized" for v in report["views"].values()):
+        views = report["materialize"]["views"]
+        if not any(v["status"] == "materialized" for v in views.values()):
             # Nothing new reached the online store (every view up to date, behind or without a
             # gold table): a skipped task emits no asset event, so no training run follows.
-            statuses = {name: v["status"] for name, v in report["views"].items()}
+            statuses = {name: v["status"] for name, v in views.items()}
             raise AirflowSkipException(f"no feature view materialized up to {window['end']}: {statuses}")
-        # Tells the training DAGs how far the features they are triggered by reach.
+        # Tells the training and index DAGs how far the features they are triggered by reach.
         get_current_context()["outlet_events"][GOLD_FEATURES].extra = {"end": window["end"]}
         return report
 
     # An XComArg at parse time, the dict at run time.
     window: Any = run_window()
-    gold = build_gold(window)
-    validated = validate_gold(window)
-    definitions = apply_definitions()
-    online = materialize(window)
-    gold >> validated >> definitions >> online
+    update_features(window)
 
 
 features()

@@ -1,4 +1,4 @@
-"""The hourly ``index`` DAG: embed new events -> build the geo-time index -> validate and publish.
+"""The ``index`` DAG (behind every features run): embed new events -> build the geo-time index -> validate and publish.
 
 Wiring only; the work is in ``pipelines.index.run``.
 """
@@ -15,17 +15,16 @@ from _common import (
     START_DATE,
     default_args,
     fail_without_retry,
-    hourly_utc,
     resolve_features_end,
 )
-from airflow.sdk import AssetOrTimeSchedule, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
 
 @dag(
     dag_id="index",
-    # Hourly on the clock, and as soon as a features run brings gold (and the online store) forward:
-    # the served catalog then follows the platform hour by hour even when it is backfilled.
-    schedule=AssetOrTimeSchedule(timetable=hourly_utc(), assets=GOLD_FEATURES),
+    # Whenever a features run brought gold and the online store forward (hourly, behind ingest), as
+    # of the instant they reach: the served catalog follows the platform hour by hour, backfills too.
+    schedule=[GOLD_FEATURES],
     start_date=START_DATE,
     catchup=False,
     # Versions are numbered in build order and published one at a time: one run at a time.
@@ -35,11 +34,11 @@ from airflow.sdk import AssetOrTimeSchedule, dag, get_current_context, task
 )
 def index() -> None:
     """
-    ### Index: content embeddings and the geo-time index, one UTC hour per run
+    ### Index: content embeddings and the geo-time index, after every features run
 
-    `now` is the end of the run's data interval, or, when a `gold.features` update started it, the
-    instant those features reach (by hand: `{"as_of": ISO}` in the run conf): every step sees the
-    platform as it was then.
+    Runs after every `features` run that validated and materialized (the `gold.features` asset:
+    hourly), as of the instant those features reach, `now` (by hand: `{"as_of": ISO}` in the run
+    conf): every step sees the platform as it was then.
 
     1. **embed**: `pipelines.index.run.embed_new_events` gives every event without an up-to-date
        vector under the published content tower its 64 numbers, MERGEd into
@@ -56,8 +55,8 @@ def index() -> None:
     at once, without retries, and leaves N serving; the next hour builds afresh. Roll back
     with `pipelines.index.run.rollback_index`. Anything else is retried twice.
 
-    **Ordering.** The run for hour H starts at H+1:00 and reads silver as it is then; events the
-    `ingest` run for the same hour has not merged yet are picked up an hour later.
+    **Ordering.** It runs behind `ingest` and `features` for the same hours, so the events, RSVP
+    lists and features it publishes are those hours' own.
     """
 
     @task(multiple_outputs=False)

@@ -4,7 +4,15 @@
 : "${TURNOUT_HOME:?set TURNOUT_HOME first}"
 _TURNOUT_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$TURNOUT_HOME/airflow}"
+# The metadata database `make up` started (PostgreSQL under the home), else the embedded SQLite file.
+if [[ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" && -f "$AIRFLOW_HOME/metadata.url" ]]; then
+  AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$(cat "$AIRFLOW_HOME/metadata.url")"
+fi
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
+if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" == postgresql* ]]; then
+  # psycopg 3 for the sync and the async engine alike (Airflow 3 uses both).
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC:-$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN}"
+fi
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$_TURNOUT_REPO/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" == sqlite* ]]; then
@@ -14,7 +22,7 @@ if [[ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" == sqlite* ]]; then
 fi
 # LocalExecutor: tasks run as subprocesses of the scheduler. Parallelism 2 on a 2-core machine:
 # the default of 32 forks 32 idle workers, and two Spark jobs at once already fill the cores.
-# (With SQLite Airflow falls back to one task at a time; PostgreSQL lifts that, see conf/cluster.yaml.)
+# (With SQLite Airflow falls back to one task at a time; on PostgreSQL, `make up`'s default, two run at once.)
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-2}"
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-True}"

@@ -8,8 +8,7 @@
 #   Airflow               `make up` with its metadata on PostgreSQL (LocalExecutor), AIRFLOW_PORT 8280
 #
 # Each runs in a process group of its own (pid in $TURNOUT_HOME/run, log in $TURNOUT_HOME/logs);
-# `make cluster-down` (ops/cluster-down.sh) stops them all. PostgreSQL refuses to run as root, so
-# as root its data directory is a folder owned by the `postgres` user and it runs as that user.
+# `make cluster-down` (ops/cluster-down.sh) stops them all.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${BIN:-$REPO/.venv/bin}"
@@ -33,28 +32,7 @@ wait_for() { # name, seconds, command...
 
 echo "turnout cluster-up: TURNOUT_HOME=$TURNOUT_HOME"
 # --- PostgreSQL ---------------------------------------------------------------------------
-PG_BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
-[[ -x "$PG_BIN/postgres" ]] || { echo "PostgreSQL is not installed (apt-get install postgresql)" >&2; exit 1; }
-as_pg=()
-if [[ "$(id -u)" == 0 ]]; then
-  as_pg=(runuser -u postgres --)
-  [[ -f "$CLUSTER/pgdata.path" ]] || mktemp -d /tmp/turnout-pg-XXXXXX >"$CLUSTER/pgdata.path"
-  PGDATA="$(cat "$CLUSTER/pgdata.path")"
-  chown postgres "$PGDATA"
-else
-  PGDATA="$CLUSTER/pgdata"
-  mkdir -p "$PGDATA"
-fi
-if [[ ! -f "$PGDATA/PG_VERSION" ]]; then
-  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PGDATA" -U turnout --auth=trust >>"$LOGS/postgres.log" 2>&1
-fi
-start postgres "${as_pg[@]}" "$PG_BIN/postgres" -D "$PGDATA" -p "$PG_PORT" -c listen_addresses=127.0.0.1 \
-  -c unix_socket_directories="$PGDATA"
-wait_for postgres 60 "$PG_BIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
-for db in mlflow airflow; do
-  "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U turnout -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='$db'" | grep -q 1 \
-    || "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U turnout "$db"
-done
+start_postgres "$CLUSTER" "$PG_PORT" mlflow airflow
 
 # --- Redis --------------------------------------------------------------------------------
 mkdir -p "$CLUSTER/redis"

@@ -22,8 +22,12 @@ groups_under() { # pgid: it and the process groups of all its descendants (an Ai
     }' | sort -u
 }
 
+RUN="$TURNOUT_HOME/run" LOGS="$TURNOUT_HOME/logs"
+# shellcheck source=ops/lib.sh
+source "$REPO/ops/lib.sh"
 pids=()
 for file in "$RUN"/*.pid; do
+  [[ "$(basename "$file")" == postgres.pid ]] && continue  # last, with a fast shutdown (below)
   pid="$(cat "$file")"
   if kill -0 "$pid" 2>/dev/null; then
     for group in $(groups_under "$pid"); do
@@ -42,4 +46,12 @@ for pid in "${pids[@]}"; do
     kill -KILL -- "-$pid" 2>/dev/null
   fi
 done
+# `make up`'s PostgreSQL (Airflow's metadata), once its clients are gone; `make cluster-down` stops
+# its own before calling this script.
+stop_postgres "$TURNOUT_HOME/airflow/pg"
+if [[ -f "$RUN/postgres.pid" ]]; then
+  pid="$(cat "$RUN/postgres.pid")"
+  kill -0 "$pid" 2>/dev/null && { kill -TERM -- "-$pid" 2>/dev/null; sleep 2; kill -KILL -- "-$pid" 2>/dev/null; }
+  rm -f "$RUN/postgres.pid"
+fi
 echo "turnout down"

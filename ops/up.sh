@@ -10,7 +10,9 @@
 # $TURNOUT_HOME/logs/<name>.log; `make down` (ops/down.sh) stops each whole group, workers
 # included. Ports: AIRFLOW_PORT (8080), MLFLOW_PORT (5000), FEED_PORT (8765).
 # UP_SERVICES (default "airflow mlflow feed") picks which of the three groups start.
-# FEED_NOW pins the feed service's clock (e.g. the demo's 2026-11-09T00:00Z); unset, it follows the wall clock.
+# FEED_NOW pins the feed service's clock (e.g. the demo's 2026-11-09T00:00Z); FEED_CLOCK=published makes
+# it the newest published catalog's instant (a simulated platform, the `platform` DAG, sends its own
+# `now`); unset, it follows the wall clock. The platform's tasks ask the feed service on FEED_PORT.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${BIN:-$REPO/.venv/bin}"
@@ -21,18 +23,37 @@ FEED_PORT="${FEED_PORT:-8765}"
 RUN="$TURNOUT_HOME/run"
 LOGS="$TURNOUT_HOME/logs"
 mkdir -p "$RUN" "$LOGS" "$TURNOUT_HOME/airflow"
+export TURNOUT__PLATFORM__FEED_URL="${TURNOUT__PLATFORM__FEED_URL:-http://127.0.0.1:$FEED_PORT}"
+
+# shellcheck source=ops/lib.sh
+source "$REPO/ops/lib.sh"
+free_port() { "$BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# Airflow's metadata: Debian's PostgreSQL under the home, unless a database was named. With the
+# embedded SQLite file a write that meets another writer's lock waits, then fails: measured here,
+# a backfill created while the scheduler started the first runs left two tasks stuck "running" for
+# good (their state updates timed out on the lock). PostgreSQL also lets tasks run side by side.
+AIRFLOW_STATE="$TURNOUT_HOME/airflow"
+if [[ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" && "${AIRFLOW_DB:-postgres}" == postgres ]]; then
+  if [[ -x "$(pg_bin)/postgres" ]]; then
+    PG_STATE="$AIRFLOW_STATE/pg"
+    mkdir -p "$PG_STATE"
+    [[ -f "$PG_STATE/port" ]] || free_port >"$PG_STATE/port"
+    start_postgres "$PG_STATE" "$(cat "$PG_STATE/port")" airflow
+    echo "postgresql+psycopg://turnout@127.0.0.1:$(cat "$PG_STATE/port")/airflow" >"$AIRFLOW_STATE/metadata.url"
+  else
+    echo "  PostgreSQL is not installed: Airflow's metadata in SQLite (apt-get install postgresql for tasks side by side)"
+    rm -f "$AIRFLOW_STATE/metadata.url"
+  fi
+fi
 
 # shellcheck source=ops/airflow-env.sh
 source "$REPO/ops/airflow-env.sh"
 
-free_port() { "$BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # Airflow's per-process log servers default to 8793/8794, which other services on a shared
 # machine often hold: give them free ports.
 export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT:-$(free_port)}"
 export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT:-$(free_port)}"
-
-# shellcheck source=ops/lib.sh
-source "$REPO/ops/lib.sh"
 
 wait_http() { # name, url, seconds
   local deadline=$((SECONDS + $3))
@@ -69,6 +90,7 @@ fi
 if [[ "$SERVICES" == *" feed "* ]]; then
   feed_args=(serve --port "$FEED_PORT")
   [[ -n "${FEED_NOW:-}" ]] && feed_args+=(--now "$FEED_NOW")
+  [[ -n "${FEED_CLOCK:-}" ]] && feed_args+=(--clock "$FEED_CLOCK")
   start feed "$BIN/turnout" "${feed_args[@]}"
 fi
 

@@ -64,6 +64,10 @@ FEED_SLOTS = 25
 _NEVER = np.iinfo(np.int64).max
 
 
+class OutsideWorld(ValueError):
+    """Hours the simulated world has nothing for: before its live days, or after them."""
+
+
 def platform_root(truth_root: Path) -> Path:
     return Path(truth_root) / "platform"
 
@@ -640,7 +644,7 @@ def play_hours(
     world_end = first + timedelta(days=cfg.platform_days)
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     if start < first or end > world_end:
-        raise ValueError(
+        raise OutsideWorld(
             f"the platform plays [{first.isoformat()}, {world_end.isoformat()}); "
             f"asked for [{start.isoformat()}, {end.isoformat()})"
         )

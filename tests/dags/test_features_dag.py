@@ -2,8 +2,8 @@
 
 The happy path runs for real: a tiny simulated world (100 users x 21 days: enough for attendance,
 and so organizer, venue and series rows, to arrive before the window ends) is ingested to silver,
-then the DAG builds gold with the Spark jobs, validates it, applies ``features/`` and materializes
-to the SQLite online store. The broken-table path replaces ``build_gold`` with a stand-in that
+then the DAG's one task builds gold with the Spark jobs, validates it, applies ``features/`` and
+materializes to the SQLite online store. The broken-table path replaces ``build_gold`` with a stand-in that
 writes one out-of-range value, because the real jobs cannot be made to break their contract.
 """
 
@@ -36,12 +36,8 @@ def test_features_dag_shape(dagbag: DagBag) -> None:
 
     dag = dagbag.dags["features"]
     assert dag.max_active_runs == 1 and not dag.catchup
-    order = ["run_window", "build_gold", "validate_gold", "apply_definitions", "materialize"]
-    assert sorted(t.task_id for t in dag.tasks) == sorted(order)
-    for upstream, downstream in zip(order[1:], order[2:], strict=False):
-        assert upstream in dag.get_task(downstream).upstream_task_ids
-    for task_id in ("build_gold", "validate_gold", "materialize"):
-        assert "run_window" in dag.get_task(task_id).upstream_task_ids
+    assert sorted(t.task_id for t in dag.tasks) == ["run_window", "update_features"]
+    assert dag.get_task("update_features").upstream_task_ids == {"run_window"}
     # Scheduled on any silver table's update, the assets ingestion emits.
     assert type(dag.timetable.asset_condition).__name__ == "AssetAny"
     uris = {a.uri for a in dag.timetable.asset_condition.objects}
@@ -166,12 +162,12 @@ def test_features_dag_builds_validates_and_materializes_a_simulated_world(
     started = time.perf_counter()
     dagrun = dagbag.dags["features"].test(run_conf={"start": start.isoformat(), "end": end.isoformat()})
     print(f"dag.test(features) took {time.perf_counter() - started:.1f} s")
-    assert _states(dagrun) == dict.fromkeys(
-        ["run_window", "build_gold", "validate_gold", "apply_definitions", "materialize"], "success"
-    )
+    assert _states(dagrun) == dict.fromkeys(["run_window", "update_features"], "success")
+    report = _returned(dagrun, "update_features")
+    print(f"update_features seconds per step: {report['seconds']}")
 
-    # build_gold: the real jobs wrote every gold table, each with rows, as Delta.
-    built = _returned(dagrun, "build_gold")
+    # gold: the real jobs wrote every gold table, each with rows, as Delta.
+    built = report["gold"]
     assert set(built["tables"]) == set(GOLD_KEYS)
     spark = get_spark(settings)
     gold = {t: spark.read.format("delta").load(settings.lake.table_path("gold", t)) for t in GOLD_KEYS}
@@ -179,8 +175,8 @@ def test_features_dag_builds_validates_and_materializes_a_simulated_world(
     print(f"gold rows: {counts}")
     assert all(counts[t] == built["tables"][t]["inserted"] > 0 for t in GOLD_KEYS), (counts, built)
 
-    # validate_gold: every gold table's suite ran on those rows and passed.
-    validated = _returned(dagrun, "validate_gold")
+    # validate: every gold table's suite ran on those rows and passed.
+    validated = report["validation"]
     assert validated["end"] == end.isoformat()
     assert {t: (r["success"], r["rows"] > 0) for t, r in validated["tables"].items()} == dict.fromkeys(
         GOLD_KEYS, (True, True)
@@ -188,7 +184,7 @@ def test_features_dag_builds_validates_and_materializes_a_simulated_world(
     assert validated["missing"] == ["event_embeddings"]  # the index stage never ran here
 
     # materialize: every view over a built table wrote keys and reached the window's end ...
-    online = _returned(dagrun, "materialize")
+    online = report["materialize"]
     written = {v: r["rows"] for v, r in online["views"].items() if r["status"] == "materialized"}
     assert set(written) == set(GOLD_KEYS) and all(n > 0 for n in written.values()), online["views"]
     windows = materialized_intervals(settings)
@@ -227,6 +223,5 @@ def test_a_broken_gold_table_fails_validation_without_retry_and_nothing_is_mater
     dagrun = dagbag.dags["features"].test(run_conf={"start": START.isoformat(), "end": END.isoformat()})
     states = _states(dagrun)
     # "failed", not "up_for_retry": a contract failure is not retried (and dag.test would wait for it).
-    assert states["validate_gold"] == "failed", states
-    assert states["apply_definitions"] == states["materialize"] == "upstream_failed"
+    assert states["update_features"] == "failed", states
     assert not (tmp_path / "home" / "feast" / "online.db").exists()

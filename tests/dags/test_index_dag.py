@@ -72,7 +72,7 @@ def without_retries(dagbag: DagBag, dag_id: str) -> Iterator[Any]:
 
 
 @pytest.mark.integration
-def test_weekly_tower_then_hourly_index_run_end_to_end(  # type: ignore[no-untyped-def]
+def test_weekly_tower_then_an_index_run_end_to_end(  # type: ignore[no-untyped-def]
     airflow_env: AirflowTestEnv, dagbag: DagBag, spark
 ) -> None:
     from conf import load_settings
@@ -89,9 +89,9 @@ def test_weekly_tower_then_hourly_index_run_end_to_end(  # type: ignore[no-untyp
     tower_version = current_tower_version(settings)
     assert tower_version is not None
 
-    hour = monday + timedelta(hours=2)  # interval [05:00, 06:00)
+    hour = monday + timedelta(hours=2)  # as a gold.features update reaching 06:00 would run it
     with without_retries(dagbag, "index") as dag:
-        assert dag.test(logical_date=hour).state == "success"
+        assert dag.test(run_conf={"as_of": hour.isoformat()}).state == "success"
     live = load_live_index(geo_store(settings), expected_tower_version=tower_version)
     assert live.manifest["built_at"] == hour.isoformat()
     assert len(live.index) > 0 and live.manifest["missing_embeddings"] == 0

@@ -28,7 +28,7 @@ def test_train_dags_are_wired_as_documented(dagbag: DagBag) -> None:
     # train_rsvp waits on the asset the features DAG updates after materializing.
     assert [a.name for a in rsvp.timetable.asset_condition.objects] == [GOLD_FEATURES.name]
     features = dagbag.get_dag("features")
-    assert features is not None and GOLD_FEATURES in features.task_dict["materialize"].outlets
+    assert features is not None and GOLD_FEATURES in features.task_dict["update_features"].outlets
     assert attend.task_dict["train"].upstream_task_ids == {"as_of", "wait_for_features"}
     assert attend.task_dict["wait_for_features"].mode == "reschedule"
     for dag in (rsvp, attend):

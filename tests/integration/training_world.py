@@ -42,8 +42,9 @@ def build_training_world(settings: Settings, config: SimulationConfig) -> dateti
     return as_of
 
 
-# The world the training and live-serving tests share (built once per session: ~5 minutes).
-CONFIG = SimulationConfig(users=700, days=20, seed=23)
+# The world the training and live-serving tests share (built once per session: ~5 minutes), with
+# one more day for the live platform the scheduler test plays against a running service.
+CONFIG = SimulationConfig(users=700, days=20, seed=23, platform_days=1)
 AS_OF = history_end(CONFIG)
 
 
