@@ -15,7 +15,7 @@ DEMO_PORT ?= 8765
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
-.PHONY: help setup jars lock demo test lint typecheck unit integration docs clean up down cluster-up cluster-down
+.PHONY: help setup jars lock demo test lint typecheck unit integration docs clean up down loop cluster-up cluster-down
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -79,6 +79,11 @@ clean: ## Remove $(TURNOUT_HOME) (all local state).
 
 up: setup ## Start the deployment: Airflow (UI :8080), MLflow UI (:5000), feed service (:8765).
 	TURNOUT_HOME=$(TURNOUT_HOME) ops/up.sh
+
+LOOP_HOURS ?= 6
+AIRFLOW_PORT ?= 8080
+loop: setup ## Play the demo's next LOOP_HOURS platform hours through the running deployment (make up first).
+	$(BIN)/turnout loop --hours $(LOOP_HOURS) --airflow-url http://127.0.0.1:$(AIRFLOW_PORT)
 
 down: ## Stop everything `make up` started (whole process groups, workers included).
 	TURNOUT_HOME=$(TURNOUT_HOME) ops/down.sh

@@ -651,6 +651,57 @@ def platform(
     _emit(report, as_json)
 
 
+@app.command()
+def loop(
+    hours: Annotated[int, typer.Option(help="Simulated hours to play.")] = 6,
+    start: Annotated[
+        str | None, typer.Option(help="First hour to play, UTC; default: the first hour not played yet.")
+    ] = None,
+    airflow_url: Annotated[
+        str, typer.Option(help="The deployment's Airflow API (make up: AIRFLOW_PORT, default 8080).")
+    ] = "http://127.0.0.1:8080",
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 7200.0,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Play the simulated platform's next hours through the running deployment (`make up`).
+
+    Unpauses platform, ingest, features, train_rsvp and index, backfills the platform DAG over the
+    hours and shows every DAG run and task as it goes while the assets chain ingest -> features ->
+    train_rsvp and index behind it; then prints `turnout report loop`.
+    """
+    from datetime import timedelta
+
+    from cli.airflow_api import LOOP_DAGS, AirflowApi, watch_until_idle
+    from cli.platform import loop_report, truth_root
+    from simulator.platform import platform_start, played_hours
+
+    settings = _settings(profile)
+    first = platform_start(truth_root(settings))
+    if first is None:
+        err.print("[red]this home has no live platform[/red]: `turnout simulate --platform-days N` first")
+        raise typer.Exit(2)
+    begin = _parse_instant(start) or first + timedelta(hours=len(played_hours(truth_root(settings))))
+    api = AirflowApi(airflow_url, server_log=settings.home / "logs" / "airflow-api.log")
+    try:
+        api.health()
+    except OSError as e:
+        err.print(f"[red]no Airflow at {airflow_url}[/red] ({e}): start the deployment with `make up`")
+        raise typer.Exit(2) from e
+    for dag_id in LOOP_DAGS:
+        api.unpause(dag_id)
+    err.print(f"unpaused {', '.join(LOOP_DAGS)}; waiting for the wall clock's runs to settle")
+    watch_until_idle(api, err.print, timeout_s=timeout)
+    backfill = api.backfill("platform", begin, begin + timedelta(hours=hours - 1))
+    err.print(f"backfill {backfill['id']}: platform hours {begin.isoformat()} .. +{hours} h")
+    took = watch_until_idle(api, err.print, backfill_id=int(backfill["id"]), timeout_s=timeout)
+    err.print(f"{hours} simulated hours and the pipeline behind them in {took:.0f} s")
+    report = loop_report(settings)
+    if report["days"]:
+        err.print(render.loop_days(report))
+    _emit({**report, "seconds": round(took, 1), "backfill": backfill}, as_json)
+
+
 report_app = typer.Typer(help="Reports over what the running system did.", no_args_is_help=True)
 app.add_typer(report_app, name="report")
 

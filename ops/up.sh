@@ -10,9 +10,9 @@
 # $TURNOUT_HOME/logs/<name>.log; `make down` (ops/down.sh) stops each whole group, workers
 # included. Ports: AIRFLOW_PORT (8080), MLFLOW_PORT (5000), FEED_PORT (8765).
 # UP_SERVICES (default "airflow mlflow feed") picks which of the three groups start.
-# FEED_NOW pins the feed service's clock (e.g. the demo's 2026-11-09T00:00Z); FEED_CLOCK=published makes
-# it the newest published catalog's instant (a simulated platform, the `platform` DAG, sends its own
-# `now`); unset, it follows the wall clock. The platform's tasks ask the feed service on FEED_PORT.
+# FEED_NOW pins the feed service's clock (e.g. 2026-11-09T00:00Z); otherwise it is FEED_CLOCK: `published`
+# (default: the newest published catalog's instant, which the simulated platform's hours move forward;
+# the platform sends its own `now`) or `wall`. The platform's tasks ask the feed service on FEED_PORT.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${BIN:-$REPO/.venv/bin}"
@@ -90,7 +90,9 @@ fi
 if [[ "$SERVICES" == *" feed "* ]]; then
   feed_args=(serve --port "$FEED_PORT")
   [[ -n "${FEED_NOW:-}" ]] && feed_args+=(--now "$FEED_NOW")
-  [[ -n "${FEED_CLOCK:-}" ]] && feed_args+=(--clock "$FEED_CLOCK")
+  # Unless pinned, the service's clock is the published state's: the demo's last day, then each
+  # hour the simulated platform plays (`make loop`).
+  [[ -z "${FEED_NOW:-}" ]] && feed_args+=(--clock "${FEED_CLOCK:-published}")
   start feed "$BIN/turnout" "${feed_args[@]}"
 fi
 

@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,13 +40,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from cli.airflow_api import LOOP_DAGS, AirflowApi, watch_until_idle
 from tests.integration.training_world import AS_OF, TrainedWorld
 from tests.system.browser import browser_page, needs_chromium, screenshot
 from tests.system.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
-LOOP_DAGS = ("platform", "ingest", "features", "train_rsvp", "index")
 DAG_IDS = ("content_tower", "features", "index", "ingest", "platform", "train_attend", "train_rsvp")
 # Gates a 700-user world can pass (the training tests promote with the same lenience): this test is
 # about the loop running, not about the model being good enough for production.
@@ -58,87 +57,19 @@ LENIENT_GATES = {
 }
 
 
-class Deployment:
-    """The running stack, seen through its REST API."""
+class Deployment(AirflowApi):
+    """The running stack, seen from outside: Airflow's REST API and the feed service's /healthz."""
 
     def __init__(self, home: Path, env: dict[str, str], port: int, feed_port: int) -> None:
-        self.home, self.env, self.base = home, env, f"http://127.0.0.1:{port}"
-        self.feed = f"http://127.0.0.1:{feed_port}"
-        self._token: str | None = None
-
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        if self._token is None:
-            with urllib.request.urlopen(f"{self.base}/auth/token", timeout=30) as r:
-                self._token = json.load(r)["access_token"]
-        request = urllib.request.Request(
-            f"{self.base}/api/v2{path}",
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=120) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as e:  # say what the server said, and what its log says
-            log = (self.home / "logs" / "airflow-api.log").read_text(errors="replace").splitlines()
-            raise AssertionError(
-                f"{method} {path}: {e.code} {e.read()[:2000]!r}\napi-server log:\n" + "\n".join(log[-60:])
-            ) from e
-
-    def unpause(self, dag_id: str) -> None:
-        self._call("PATCH", f"/dags/{dag_id}", {"is_paused": False})
-
-    def trigger(self, dag_id: str, logical_date: datetime) -> dict[str, Any]:
-        return dict(self._call("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": logical_date.isoformat()}))
-
-    def backfill(self, dag_id: str, start: datetime, end: datetime) -> dict[str, Any]:
-        body = {
-            "dag_id": dag_id,
-            "from_date": start.isoformat(),
-            "to_date": end.isoformat(),
-            "max_active_runs": 1,
-            "reprocess_behavior": "none",
-        }
-        return dict(self._call("POST", "/backfills", body))
-
-    def backfill_done(self, backfill_id: int) -> bool:
-        return self._call("GET", f"/backfills/{backfill_id}")["completed_at"] is not None
-
-    def runs(self, dag_id: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/dags/{dag_id}/dagRuns?limit=200&order_by=run_after")["dag_runs"])
-
-    def xcom(self, dag_id: str, run_id: str, task_id: str) -> Any:
-        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
-        return self._call("GET", path + "?deserialize=true")["value"]
-
-    def asset_events(self, source_run_id: str) -> list[dict[str, Any]]:
-        events = self._call("GET", "/assets/events?limit=500")["asset_events"]
-        return [e for e in events if e.get("source_run_id") == source_run_id]
-
-    def health(self) -> dict[str, Any]:
-        return dict(self._call("GET", "/monitor/health"))
+        super().__init__(f"http://127.0.0.1:{port}", server_log=home / "logs" / "airflow-api.log")
+        self.home, self.env, self.feed = home, env, f"http://127.0.0.1:{feed_port}"
 
     def feed_health(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.feed}/healthz", timeout=30) as r:
             return dict(json.load(r))
 
     def wait_until_idle(self, backfill_id: int, seconds: float) -> float:
-        """Until the backfill is done and no loop DAG has a queued or running run, twice in a row."""
-        started = time.monotonic()
-        quiet = 0
-        while quiet < 2:
-            assert time.monotonic() - started < seconds, (
-                f"the loop did not settle in {seconds} s: {self.summary()}"
-            )
-            busy = [
-                (dag_id, r["dag_run_id"], r["state"])
-                for dag_id in LOOP_DAGS
-                for r in self.runs(dag_id)
-                if r["state"] in ("queued", "running")
-            ]
-            quiet = quiet + 1 if not busy and self.backfill_done(backfill_id) else 0
-            time.sleep(15)
-        return time.monotonic() - started
+        return watch_until_idle(self, print, backfill_id=backfill_id, timeout_s=seconds, poll_s=15)
 
     def summary(self) -> dict[str, list[tuple[str, str, str]]]:
         return {
@@ -235,7 +166,7 @@ def test_scheduler_plays_the_platform_and_the_loop_closes(deployment: Loop, spar
     # Switching a DAG on runs the wall clock's hour: the platform has nothing to play then (skipped)
     # and ingest finds nothing delivered. Let those settle before the backfill.
     deadline = time.monotonic() + 600
-    while any(r["state"] in ("queued", "running") for d in LOOP_DAGS for r in stack.runs(d)):
+    while stack.busy():
         assert time.monotonic() < deadline, stack.summary()
         time.sleep(5)
 
@@ -335,13 +266,13 @@ def test_browser_shows_the_dag_list_and_the_asset_triggered_run(deployment: Loop
     stack = deployment.stack
     features = [r for r in stack.runs("features") if r["run_type"] == "asset_triggered"]
     with browser_page() as page:
-        page.goto(f"{stack.base}/dags")
+        page.goto(f"{stack.base_url}/dags")
         page.get_by_text(f"{len(DAG_IDS)} Dags").wait_for()
         for dag_id in DAG_IDS:
             assert page.locator(f"a[href$='/dags/{dag_id}']").count() >= 1, dag_id  # its card's title
         screenshot(page, "airflow-dags.png", tmp_path)
         if features:  # the scheduler test above ran (not when this test is selected alone)
-            page.goto(f"{stack.base}/dags/features/runs")
+            page.goto(f"{stack.base_url}/dags/features/runs")
             row = page.get_by_role("row").filter(has_text=features[0]["dag_run_id"])
             row.wait_for()
             assert "Success" in row.inner_text() and "Asset" in row.inner_text(), row.inner_text()

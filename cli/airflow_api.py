@@ -1,0 +1,144 @@
+"""A small client of Airflow 3's REST API, for driving a running deployment from outside.
+
+``turnout loop`` plays the simulated platform through the deployment ``make up`` started and
+shows each DAG run and task as it goes; the scheduler test drives the same deployment with it.
+Only the standard library: the client runs beside Airflow, not inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# The DAGs that close the loop: the platform's hour, and everything its delivery starts behind it.
+LOOP_DAGS = ("platform", "ingest", "features", "train_rsvp", "index")
+BUSY = ("queued", "running")
+
+
+class AirflowError(RuntimeError):
+    """The API answered with an error; the message carries the status, the body and the server log."""
+
+
+@dataclass
+class AirflowApi:
+    base_url: str
+    server_log: Path | None = None  # the api-server's log, quoted on errors
+    timeout_s: float = 120.0
+    _token: str | None = None
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if self._token is None:
+            with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=self.timeout_s) as r:
+                self._token = json.load(r)["access_token"]
+        request = urllib.request.Request(
+            f"{self.base_url}/api/v2{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            tail = ""
+            if self.server_log is not None and self.server_log.is_file():
+                tail = "\napi-server log:\n" + "\n".join(
+                    self.server_log.read_text(errors="replace").splitlines()[-60:]
+                )
+            raise AirflowError(f"{method} {path}: {e.code} {e.read()[:2000]!r}{tail}") from e
+
+    def health(self) -> dict[str, Any]:
+        return dict(self.call("GET", "/monitor/health"))
+
+    def unpause(self, dag_id: str) -> None:
+        self.call("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(
+        self, dag_id: str, logical_date: datetime, conf: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"logical_date": logical_date.isoformat(), "conf": conf or {}}
+        return dict(self.call("POST", f"/dags/{dag_id}/dagRuns", body))
+
+    def backfill(self, dag_id: str, first_hour: datetime, last_hour: datetime) -> dict[str, Any]:
+        """One run per interval whose start lies in [first_hour, last_hour], one at a time."""
+        body = {
+            "dag_id": dag_id,
+            "from_date": first_hour.isoformat(),
+            "to_date": last_hour.isoformat(),
+            "max_active_runs": 1,
+            "reprocess_behavior": "none",
+        }
+        return dict(self.call("POST", "/backfills", body))
+
+    def backfill_done(self, backfill_id: int) -> bool:
+        return self.call("GET", f"/backfills/{backfill_id}")["completed_at"] is not None
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return list(self.call("GET", f"/dags/{dag_id}/dagRuns?limit=200&order_by=run_after")["dag_runs"])
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return list(self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str) -> Any:
+        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
+        return self.call("GET", path + "?deserialize=true")["value"]
+
+    def asset_events(self, source_run_id: str) -> list[dict[str, Any]]:
+        events = self.call("GET", "/assets/events?limit=500")["asset_events"]
+        return [e for e in events if e.get("source_run_id") == source_run_id]
+
+    def busy(self, dag_ids: tuple[str, ...] = LOOP_DAGS) -> list[tuple[str, str, str]]:
+        return [(d, r["dag_run_id"], r["state"]) for d in dag_ids for r in self.runs(d) if r["state"] in BUSY]
+
+
+def _seconds(start: str | None, end: str | None) -> float | None:
+    if not start:
+        return None
+    t0 = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    t1 = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else datetime.now(t0.tzinfo)
+    return (t1 - t0).total_seconds()
+
+
+def watch_until_idle(
+    api: AirflowApi,
+    say: Callable[[str], None],
+    backfill_id: int | None = None,
+    timeout_s: float = 7200.0,
+    poll_s: float = 10.0,
+    dag_ids: tuple[str, ...] = LOOP_DAGS,
+) -> float:
+    """Print every DAG run and task as its state changes, until nothing in ``dag_ids`` is queued
+    or running (twice in a row: an asset-triggered run appears a scheduler loop after its event)
+    and the backfill, if any, is done. Returns the seconds it took."""
+    started = time.monotonic()
+    seen: dict[tuple[str, str, str], str] = {}
+    quiet = 0
+    while quiet < 2:
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"still busy after {timeout_s:.0f} s: {api.busy(dag_ids)}")
+        for dag_id in dag_ids:
+            for run in api.runs(dag_id):
+                if run["state"] not in BUSY and seen.get((dag_id, run["dag_run_id"], "")) == run["state"]:
+                    continue
+                for ti in api.task_instances(dag_id, run["dag_run_id"]):
+                    key = (dag_id, run["dag_run_id"], ti["task_id"])
+                    if ti["state"] and seen.get(key) != ti["state"]:
+                        seen[key] = ti["state"]
+                        took = _seconds(ti.get("start_date"), ti.get("end_date"))
+                        window = run.get("data_interval_start") or run["run_type"]
+                        say(
+                            f"{dag_id:<11} {window:<22} {ti['task_id']:<16} {ti['state']:<9}"
+                            + (f" {took:6.0f} s" if took is not None else "")
+                        )
+                seen[(dag_id, run["dag_run_id"], "")] = run["state"]
+        done = backfill_id is None or api.backfill_done(backfill_id)
+        quiet = quiet + 1 if done and not api.busy(dag_ids) else 0
+        time.sleep(poll_s)
+    return time.monotonic() - started
