@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
 from airflow.sdk import Asset, AssetAlias, CronDataIntervalTimetable, get_current_context
@@ -53,10 +53,10 @@ def default_args(**overrides: Any) -> dict[str, Any]:
     """Task defaults for every turnout DAG; a fresh dict per call so no DAG mutates another's."""
     args: dict[str, Any] = {
         "owner": "turnout",
-        # Transient faults (a Spark executor lost, a storage hiccup) usually clear within minutes;
-        # contract failures skip retries entirely (see ``fail_without_retry``).
+        # Transient faults (a Spark executor lost, a storage hiccup, a killed worker) usually clear
+        # within minutes; contract failures skip retries entirely (see ``fail_without_retry``). The
+        # delay is Airflow's own ``[core] default_task_retry_delay`` (300 s in ops/airflow-env.sh).
         "retries": 2,
-        "retry_delay": timedelta(minutes=5),
     }
     args.update(overrides)
     return args

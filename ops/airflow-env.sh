@@ -25,6 +25,8 @@ fi
 # (With SQLite Airflow falls back to one task at a time; on PostgreSQL, `make up`'s default, two run at once.)
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-2}"
+# A failed task (anything but a broken data contract) is retried twice, five minutes apart.
+export AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY="${AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY:-300}"
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-True}"
 # Workers reach the API server for the Task Execution API; it must name the port actually used.
 export AIRFLOW__API__PORT="${AIRFLOW_PORT:-8080}"

@@ -155,3 +155,17 @@ def test_ingest_dag_shape(dagbag: DagBag) -> None:
     assert [t.task_id for t in dag.tasks] == ["ingest_interval"]
     # One alias, resolved at run time to the silver assets the interval changed.
     assert dag.get_task("ingest_interval").outlets == [SILVER_DELIVERED]
+
+
+def test_no_dag_file_shadows_a_module() -> None:
+    """Airflow puts the dags folder on ``sys.path``: a ``platform.py`` there replaces the stdlib's
+    ``platform`` for every import after it (importlib_metadata's, at parse time, failed so)."""
+    top_level = set(sys.stdlib_module_names) | {
+        "features",
+        "models",
+        "pipelines",
+        "serving",
+        "simulator",
+        "cli",
+    }
+    assert not [f.name for f in DAG_FILES if f.stem in top_level]
