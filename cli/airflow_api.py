@@ -60,6 +60,9 @@ class AirflowApi:
     def unpause(self, dag_id: str) -> None:
         self.call("PATCH", f"/dags/{dag_id}", {"is_paused": False})
 
+    def pause(self, dag_id: str) -> None:
+        self.call("PATCH", f"/dags/{dag_id}", {"is_paused": True})
+
     def trigger(
         self, dag_id: str, logical_date: datetime, conf: dict[str, Any] | None = None
     ) -> dict[str, Any]:

@@ -54,6 +54,9 @@ AIRFLOW_ENV: dict[str, str] = {
     "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_DIR),
     # With examples on, Airflow adds an "example_dags" bundle that dag.test() parses and syncs too.
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    # dag.test() sleeps through a retry's delay (the deployment's is five minutes): a test that
+    # meets a retry it did not expect fails within seconds on its try number, not after ten minutes.
+    "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "2",
 }
 os.environ.update(AIRFLOW_ENV)
 
