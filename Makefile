@@ -15,7 +15,7 @@ DEMO_PORT ?= 8765
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
-.PHONY: help setup jars lock demo test lint typecheck unit integration docs clean up down loop cluster-up cluster-down
+.PHONY: help setup jars lock demo test test-cluster lint typecheck unit integration docs clean up down loop cluster-up cluster-down
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,10 +66,10 @@ unit: setup ## Unit tests only (no engines).
 	$(BIN)/pytest -m "not integration"
 
 test: setup lint typecheck ## ruff, mypy and the whole pytest suite (what CI runs).
-	$(BIN)/pytest --ignore=tests/system/test_cluster.py
-	@# In a process of its own, after the suite's Spark JVM is gone: the cluster test runs two more
-	@# pipelines and a Spark cluster. Skipped, with the reason, unless TURNOUT_CLUSTER_TEST=1 (.ci/run sets it).
-	$(BIN)/pytest tests/system/test_cluster.py
+	$(BIN)/pytest
+
+test-cluster: setup ## The cluster profile on real servers against the local profile (~15 min; not in CI).
+	TURNOUT_CLUSTER_TEST=1 $(BIN)/pytest tests/system/test_cluster.py
 
 docs: setup ## Regenerate docs/landing-schema.md from the code.
 	$(BIN)/turnout schema > docs/landing-schema.md
