@@ -30,10 +30,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -66,38 +64,17 @@ def _env(home: Path, profile: str) -> dict[str, str]:
     return env
 
 
-def _pipelines(*runs: tuple[Path, str]) -> list[dict[str, Any]]:
-    """The batch path once per (home, profile), all at once, each in a process of its own.
-
-    Side by side, not one after the other: much of each run is single-threaded (the simulator,
-    pandas, LightGBM's small trees, Feast), so two of them fill two cores better than one does.
-    """
-    with ExitStack() as files:
-        logs = [
-            (
-                files.enter_context(tempfile.TemporaryFile("w+")),
-                files.enter_context(tempfile.TemporaryFile("w+")),
-            )
-            for _ in runs
-        ]
-        procs = [
-            subprocess.Popen(
-                [PYTHON, "-m", "tests.system.cluster_pipeline"],
-                cwd=REPO,
-                env=_env(home, profile),
-                stdout=out,
-                stderr=err,
-                text=True,
-            )
-            for (home, profile), (out, err) in zip(runs, logs, strict=True)
-        ]
-        summaries = []
-        for proc, (_, profile), (out, err) in zip(procs, runs, logs, strict=True):
-            proc.wait(timeout=2400)
-            out.seek(0), err.seek(0)
-            assert proc.returncode == 0, f"{profile}: {err.read()[-4000:]}"
-            summaries.append(dict(json.loads(out.read().strip().splitlines()[-1])))
-    return summaries
+def _pipeline(home: Path, profile: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [PYTHON, "-m", "tests.system.cluster_pipeline"],
+        cwd=REPO,
+        env=_env(home, profile),
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def _groups_alive(home: Path, pids: list[int]) -> list[str]:
@@ -129,7 +106,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_cluster_profile_runs_on_real_servers_and_equals_the_local_profile(
     cluster: Path, tmp_path: Path
 ) -> None:
-    local, remote = _pipelines((tmp_path / "local", "local"), (cluster, "cluster-local"))
+    local = _pipeline(tmp_path / "local", "local")
+    remote = _pipeline(cluster, "cluster-local")
 
     assert local["spark_master"].startswith("local") and remote["spark_master"] == "spark://127.0.0.1:7177"
     for part in ("silver", "gold", "training", "models"):
