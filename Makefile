@@ -68,7 +68,7 @@ unit: setup ## Unit tests only (no engines).
 test: setup lint typecheck ## ruff, mypy and the whole pytest suite (what CI runs).
 	$(BIN)/pytest
 
-test-cluster: setup ## The cluster profile on real servers against the local profile (~15 min; not in CI).
+test-cluster: setup ## The cluster profile on real servers against the local profile (~16 min; not in CI).
 	TURNOUT_CLUSTER_TEST=1 $(BIN)/pytest tests/system/test_cluster.py
 
 docs: setup ## Regenerate docs/landing-schema.md from the code.

@@ -21,7 +21,7 @@ promoted -> index -> materialize) runs once with ``TURNOUT_PROFILE=local`` and o
 
 Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1``: ``make
 test-cluster`` sets it and runs it in a pytest process of its own (no suite JVM beside its servers).
-It is not part of ``make test`` (CI): the batch path twice and a Spark cluster take ~15 minutes on
+It is not part of ``make test`` (CI): the batch path twice and a Spark cluster take ~16 minutes on
 two cores, which CI's 90 minutes cannot also hold.
 """
 

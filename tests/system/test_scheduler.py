@@ -10,8 +10,8 @@ simulated day the ``platform`` DAG plays. Then, through the REST API only:
    feeds the running service returns; the ``landing.delivered`` asset runs ``ingest`` behind it,
    silver runs ``features``, ``gold.features`` runs ``train_rsvp`` and ``index``; every run
    succeeds, a new p_rsvp champion is promoted and the service installs it without a restart;
-2. every impression the service logged in that hour is in silver, ingested back once, the
-   ingested hours without a gap; then a second hour (ingest switched off) is served by the new
+2. every impression the service logged in that hour is in silver, ingested back once by one
+   ingest run covering exactly that hour; then a second hour (ingest switched off) is served by the new
    champion;
 3. the wall clock's hour, run when ``ingest`` is switched on, delivered nothing, so it announces
    nothing and starts nothing;
@@ -234,9 +234,6 @@ def test_scheduler_plays_the_platform_and_the_loop_closes(deployment: Loop, spar
         assert runs and all(r["state"] == "success" for r in runs), (dag_id, runs)
     for dag_id in ("ingest", "features", "train_rsvp", "index"):
         assert any(r["run_type"] == "asset_triggered" for r in stack.runs(dag_id)), dag_id
-    # Ingest ran behind the platform, from its first hour on.
-    windows = sorted(_ingested_windows(stack))
-    assert windows and windows[0][0] == t0, windows
     retried = next(
         t for t in stack.task_instances("ingest", killed["dag_run_id"]) if t["task_id"] == "ingest_interval"
     )
@@ -253,16 +250,15 @@ def test_scheduler_plays_the_platform_and_the_loop_closes(deployment: Loop, spar
     assert int((stack.home / "run" / "feed.pid").read_text()) == deployment.feed_pid
     os.kill(deployment.feed_pid, 0)  # still alive
 
-    # Every impression the service logged in that hour came back through ingestion, once, and the
-    # ingested windows (the killed try's retry among them) run hour after hour without a gap.
+    # Every impression the service logged in that hour came back through ingestion, once, by one
+    # ingest run (the killed try's retry is the same run) covering exactly that hour.
     requests = _played(stack.home)
     silver = spark.read.format("delta").load(str(stack.home / "lake" / "silver" / "impressions"))
     ingested = {r[0] for r in silver.select("request_id").distinct().collect()}
     assert silver.count() == silver.select("impression_id").distinct().count()  # no duplicate
     assert set(requests["request_id"]) <= ingested, sorted(set(requests["request_id"]) - ingested)[:5]
     windows = sorted(_ingested_windows(stack))
-    assert windows[-1][1] == t0 + timedelta(hours=1), windows
-    assert all(a[1] == b[0] for a, b in zip(windows, windows[1:], strict=False)), windows
+    assert windows == [(t0, t0 + timedelta(hours=1))], windows
 
     # A second hour, served by that champion: the loop closed. (Ingest is switched off first: its
     # chain behind this hour would be another ingest -> features -> train run on a CI machine, and
