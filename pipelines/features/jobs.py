@@ -60,15 +60,22 @@ ZONE_COUNTRY = {
 
 
 def read_silver(spark: SparkSession, settings: Settings, end: datetime | None) -> dict[str, DataFrame]:
+    """Every silver input as a run ending at ``end`` sees it: delivered before ``end`` and known by then.
+
+    Delivery decides what the run could have read (``pipelines.silver.as_delivered_by``), so a
+    re-run or backfill of a past interval reads what its live run read; ``KNOWN_AT`` hides rows
+    whose instant is after ``end``. Without ``end``, everything in silver.
+    """
     from pyspark.sql import functions as F
 
-    tables = {}
-    for name, known_at in KNOWN_AT.items():
-        df = spark.read.format("delta").load(settings.lake.table_path("silver", name))
-        if end is not None:
-            df = df.filter(F.col(known_at) < F.lit(end.astimezone(UTC).replace(tzinfo=None)))
-        tables[name] = df
-    return tables
+    from pipelines.silver import as_delivered_by
+
+    if end is None:
+        return {n: spark.read.format("delta").load(settings.lake.table_path("silver", n)) for n in KNOWN_AT}
+    before = F.lit(end.astimezone(UTC).replace(tzinfo=None))
+    return {
+        n: as_delivered_by(spark, settings, n, end).filter(F.col(k) < before) for n, k in KNOWN_AT.items()
+    }
 
 
 def venues_with_cells(venues: DataFrame, settings: Settings) -> DataFrame:

@@ -16,12 +16,13 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from conf import Settings
 from contracts.errors import DataContractError
-from contracts.landing import ENTITIES, LandingEntity
+from contracts.landing import ENTITIES
+from pipelines.silver import delivered_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,9 +59,7 @@ class IngestReport:
 
 
 def _hour_key(t: datetime | None, default: str) -> str:
-    if t is None:
-        return default
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H")
+    return default if t is None else delivered_key(t)
 
 
 def _hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
@@ -228,18 +227,6 @@ def ingest_bronze(
     return report.to_dict()
 
 
-def _silver_rows(bronze: DataFrame, entity: LandingEntity) -> DataFrame:
-    from pipelines.ingest.transforms import latest_versions, symmetric_friendships
-
-    latest = latest_versions(bronze, entity)
-    # The delivery hour stays: a job rebuilding an interval reads what had been delivered by then.
-    columns = [c for c in latest.columns if not c.startswith("_") or c in ("_record_id", "_delivered")]
-    latest = latest.select(*columns)
-    if entity.name == "friendships":
-        return symmetric_friendships(latest)
-    return latest
-
-
 def build_silver(
     settings: Settings,
     start: datetime | None,
@@ -254,6 +241,7 @@ def build_silver(
     """
     from pyspark.sql import functions as F
 
+    from pipelines.silver import silver_rows
     from pipelines.spark import get_spark
 
     spark = get_spark(settings)
@@ -266,7 +254,7 @@ def build_silver(
         entity = ENTITIES[name]
         bronze = spark.read.format("delta").load(settings.lake.table_path("bronze", name))
         bronze = bronze.filter((F.col("_delivered") >= start_key) & (F.col("_delivered") < end_key))
-        rows = _silver_rows(bronze, entity)
+        rows = silver_rows(bronze, entity)
         key = ("user_id", "friend_id") if name == "friendships" else entity.key
         table = _ensure_table(spark, settings.lake.table_path("silver", name), rows.schema)
         on = " AND ".join(f"t.{k} <=> s.{k}" for k in key)

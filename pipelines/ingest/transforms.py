@@ -156,19 +156,3 @@ def dedupe_versions(valid: DataFrame, entity: LandingEntity) -> DataFrame:
     keyed = valid.withColumn("_record_id", record_id(entity))
     first = Window.partitionBy("_record_id").orderBy("_delivered", "_source_file", "_raw")
     return keyed.withColumn("_n", F.row_number().over(first)).filter("_n = 1").drop("_n")
-
-
-def latest_versions(bronze: DataFrame, entity: LandingEntity) -> DataFrame:
-    """The newest version of each key, as silver keeps it."""
-    newest = Window.partitionBy(*entity.key).orderBy(
-        F.col(entity.version_field).desc(), F.col("_record_id").desc()
-    )
-    return bronze.withColumn("_n", F.row_number().over(newest)).filter("_n = 1").drop("_n")
-
-
-def symmetric_friendships(friendships: DataFrame) -> DataFrame:
-    """Friendships are delivered once per pair; silver holds both directions for joins."""
-    flipped = friendships.select(
-        F.col("friend_id").alias("user_id"), F.col("user_id").alias("friend_id"), "created_at", "_record_id"
-    )
-    return friendships.select("user_id", "friend_id", "created_at", "_record_id").unionByName(flipped)
