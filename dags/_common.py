@@ -148,8 +148,13 @@ def current_window() -> RunWindow:
     return RunWindow(start=start, end=end, run_id=context["run_id"])
 
 
-def resolve_window(context: Any) -> dict[str, str]:
-    """The interval this run rebuilds, as ISO strings: ``{"start", "end", "run_id"}``.
+def resolve_window(context: Any) -> dict[str, Any]:
+    """The interval this run rebuilds, as ISO strings: ``{"start", "end", "run_id", "windows"}``.
+
+    ``windows`` lists, in order, the distinct windows that make it up: one per producing run when
+    asset events triggered the run (several when a backfill or a held-over event batched them),
+    else the one window. A consumer that must write what hourly runs would have written (the
+    features DAG) processes them one by one.
 
     1. Triggered by asset events: the union of the windows the producing runs covered (each
        event's ``extra`` ``start``/``end``, else its run's data interval): an asset-triggered run
@@ -172,7 +177,13 @@ def resolve_window(context: Any) -> dict[str, str]:
                 ends.append(run.data_interval_end)
     run_id = str(context["run_id"])
     if starts:
-        return {"start": min(starts).isoformat(), "end": max(ends).isoformat(), "run_id": run_id}
+        windows = [[lo.isoformat(), hi.isoformat()] for lo, hi in sorted(set(zip(starts, ends, strict=True)))]
+        return {
+            "start": min(starts).isoformat(),
+            "end": max(ends).isoformat(),
+            "run_id": run_id,
+            "windows": windows,
+        }
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     if "start" in conf or "end" in conf:
         from contracts.instants import parse_instant
@@ -187,9 +198,15 @@ def resolve_window(context: Any) -> dict[str, str]:
             raise AirflowFailException(
                 f"run conf window [{conf['start']}, {conf['end']}) is not an aware interval"
             )
-        return {"start": start.isoformat(), "end": end.isoformat(), "run_id": run_id}
+        return {
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "run_id": run_id,
+            "windows": [[start.isoformat(), end.isoformat()]],
+        }
     window = current_window()
-    return {"start": window.start.isoformat(), "end": window.end.isoformat(), "run_id": window.run_id}
+    lo, hi = window.start.isoformat(), window.end.isoformat()
+    return {"start": lo, "end": hi, "run_id": window.run_id, "windows": [[lo, hi]]}
 
 
 def resolve_features_end(context: Any) -> str:

@@ -37,8 +37,10 @@ def features() -> None:
     """
     ### Features: silver -> gold -> Feast, after every silver update (hourly, behind ingest)
 
-    Runs when ingestion updates any `silver.*` asset, over the union of the intervals those
-    ingest runs covered (or, triggered by hand, over `{"start": ISO, "end": ISO}` from the run conf).
+    Runs when ingestion updates any `silver.*` asset, over the intervals those ingest runs covered,
+    one after another (or, triggered by hand, over `{"start": ISO, "end": ISO}` from the run conf).
+    A run that several ingest runs triggered (a backfill catching up) writes gold as the hourly
+    runs would have: each interval built in turn, its rows stamped at that interval's end.
 
     One task, one Spark session (`pipelines.features.run.update_features`), four steps; its XCom
     holds each step's report and seconds:
@@ -60,11 +62,11 @@ def features() -> None:
     """
 
     @task(multiple_outputs=False)
-    def run_window() -> dict[str, str]:
+    def run_window() -> dict[str, Any]:
         return resolve_window(get_current_context())
 
     @task(multiple_outputs=False, outlets=[GOLD_FEATURES])
-    def update_features(window: dict[str, str]) -> dict[str, Any]:
+    def update_features(window: dict[str, Any]) -> dict[str, Any]:
         # Imported here, not at module level: a DAG file is parsed every few seconds.
         from conf import load_settings
         from contracts.errors import DataContractError
@@ -76,6 +78,9 @@ def features() -> None:
                 start=datetime.fromisoformat(window["start"]),
                 end=datetime.fromisoformat(window["end"]),
                 run_id=window["run_id"],
+                windows=[
+                    (datetime.fromisoformat(lo), datetime.fromisoformat(hi)) for lo, hi in window["windows"]
+                ],
             )
         views = report["materialize"]["views"]
         if not any(v["status"] == "materialized" for v in views.values()):

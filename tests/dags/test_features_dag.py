@@ -60,12 +60,19 @@ def test_resolve_window_paths() -> None:
     spec.loader.exec_module(module)
     from airflow.sdk.exceptions import AirflowFailException
 
-    events = {"silver.users": [_event(START, END)], "silver.rsvps": [_event(END, END + timedelta(hours=1))]}
+    # Two ingest runs batched into one features run (each announced two tables): the union, and
+    # each run's window once, in order, for gold to be built as the hourly runs would have.
+    later = END + timedelta(hours=1)
+    events = {
+        "silver.users": [_event(END, later), _event(START, END)],
+        "silver.rsvps": [_event(START, END), _event(END, later)],
+    }
     window = module.resolve_window({"triggering_asset_events": events, "run_id": "r1"})
     assert window == {
         "start": START.isoformat(),
-        "end": (END + timedelta(hours=1)).isoformat(),
+        "end": later.isoformat(),
         "run_id": "r1",
+        "windows": [[START.isoformat(), END.isoformat()], [END.isoformat(), later.isoformat()]],
     }
 
     # An asset-triggered producer (ingest behind the platform) has a wall-clock data interval of its
@@ -75,11 +82,16 @@ def test_resolve_window_paths() -> None:
     window = module.resolve_window(
         {"triggering_asset_events": {"silver.users": [_event(wall, wall, covered)]}, "run_id": "r2"}
     )
-    assert window == {**covered, "run_id": "r2"}
+    assert window == {**covered, "run_id": "r2", "windows": [[covered["start"], covered["end"]]]}
 
     manual = SimpleNamespace(conf={"start": START.isoformat(), "end": END.isoformat()})
     window = module.resolve_window({"triggering_asset_events": {}, "dag_run": manual, "run_id": "m"})
-    assert window == {"start": START.isoformat(), "end": END.isoformat(), "run_id": "m"}
+    assert window == {
+        "start": START.isoformat(),
+        "end": END.isoformat(),
+        "run_id": "m",
+        "windows": [[START.isoformat(), END.isoformat()]],
+    }
 
     for conf in ({"start": START.isoformat()}, {"start": "2026-03-04T11:00", "end": "2026-03-04T12:00"}):
         with pytest.raises(AirflowFailException):
