@@ -51,10 +51,11 @@ def update_features(
         clock = time.perf_counter()
 
     golds = [build_gold(settings, lo, hi, run_id, progress=progress) for lo, hi in windows or [(start, end)]]
-    gold = golds[-1]
-    if len(golds) > 1:  # what the windows wrote together; the last window's fits and travel times
-        tables = {t: {k: sum(g["tables"][t][k] for g in golds) for k in c} for t, c in gold["tables"].items()}
-        gold = {**gold, "tables": tables, "windows": len(golds)}
+    # What the windows wrote together; the last window's fits and travel times.
+    tables = {
+        t: {k: sum(g["tables"][t][k] for g in golds) for k in c} for t, c in golds[-1]["tables"].items()
+    }
+    gold = {**golds[-1], "tables": tables, "windows": len(golds)}
     lap("build_gold")
     if progress:
         progress("validate gold", 0, 1)

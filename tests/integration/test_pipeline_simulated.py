@@ -107,6 +107,7 @@ def test_rerunning_a_past_interval_after_later_deliveries_leaves_gold_identical(
     from pyspark.sql import functions as F
 
     from pipelines.features.jobs import KNOWN_AT
+    from pipelines.silver import delivered_key
     from tests.system.cluster_pipeline import table_hash
 
     settings = make_settings(tmp_path / "home")
@@ -126,7 +127,7 @@ def test_rerunning_a_past_interval_after_later_deliveries_leaves_gold_identical(
     build_silver(settings, h1, None, run_id="later")
     # The later deliveries hold what a re-run could wrongly see: lines about the past that arrived
     # late, and profile edits of users whose earlier version was delivered by h1.
-    h1_key, h1_naive = f"{h1:%Y-%m-%dT%H}", h1.replace(tzinfo=None)
+    h1_key, h1_naive = delivered_key(h1), h1.replace(tzinfo=None)
     silver = {t: spark.read.format("delta").load(settings.lake.table_path("silver", t)) for t in KNOWN_AT}
     late = {
         t: df.filter((F.col("_delivered") >= h1_key) & (F.col(KNOWN_AT[t]) < h1_naive)).count()
