@@ -2,9 +2,9 @@
 
 Feast's stock Spark store joins each label row to *every* row of its entity within the view's TTL
 (an equi-join on the keys with a range condition) and then keeps the newest. For an event with
-hundreds of impressions and hundreds of hourly dynamics rows that intermediate is their product,
-and a 355k-row training set took ~250 s here. This store answers the same question with one sort
-per view instead of a join:
+hundreds of impressions and hundreds of hourly dynamics rows that intermediate is their product
+(7.7M shuffled rows for one view of the demo's 355k-row p_rsvp set). This store answers the same
+question with one sort per view instead of a join:
 
 * put the view's rows and the label rows of the same keys in one stream, ordered by the instant
   each becomes usable: a feature row at ``max(event_timestamp, created)`` (``event_timestamp``
@@ -14,16 +14,17 @@ per view instead of a join:
   label, the row Feast would pick among those visible then: the newest ``event_timestamp``, then
   the newest ``created`` (struct comparison is field by field);
 * the TTL is applied to the winner: if even the newest visible row is older than ``T - ttl``,
-  every visible row is, and the features are missing.
+  every visible row is, and the features are missing;
+* each label row rides through the sort as one struct and comes out with the view's features
+  appended, so the views chain (one shuffle each) with no join back.
 
 Everything else is Feast's: the feature service and view definitions, the query contexts, the
-on-demand views (applied by ``SparkRetrievalJob`` when the frame is read), the staging location.
-Selected with ``feast.offline_store: pipelines.offline_store.SortedSparkOfflineStore`` (it then
-appears in ``feature_store.yaml`` as the offline store's type). Measured on the demo history
-(``bench/bench_training.py``) it was not faster than the stock store (308 s vs 296 s for 355,743
-rows, the machine shared), so the stock store stays the default. Cases it does not handle (no entity frame,
-full feature names, date-partitioned sources) go to the stock store. ``tests/integration``
-holds the two equal on the same inputs and both equal to a brute-force oracle.
+on-demand views (their own ``transform_arrow``, handed only the columns they read), the staging
+location. It is the default (``feast.offline_store`` in the settings; it appears in
+``feature_store.yaml`` as the offline store's type); ``"spark"`` selects the stock store. Cases it
+does not handle (no entity frame, full feature names, date-partitioned sources) go to the stock
+store. ``tests/integration`` holds the two equal on the same inputs (whole services included) and
+both equal to a brute-force oracle; ``bench/bench_training.py`` times them side by side.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import uuid
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from feast.infra.offline_stores.contrib.spark_offline_store.spark import (
     SparkOfflineStore,
     SparkOfflineStoreConfig,
@@ -63,8 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROW = "_pit_row"  # a label row's identity: a hash of all its columns
-_T, _KIND, _VAL, _EV, _CR = "_pit_t", "_pit_kind", "_pit_val", "_pit_ev", "_pit_cr"
+_T, _KIND, _VAL, _ASK, _EV, _CR = "_pit_t", "_pit_kind", "_pit_val", "_pit_ask", "_pit_ev", "_pit_cr"
 
 
 class SortedSparkOfflineStoreConfig(SparkOfflineStoreConfig):
@@ -73,15 +74,16 @@ class SortedSparkOfflineStoreConfig(SparkOfflineStoreConfig):
     type: StrictStr = "pipelines.offline_store.SortedSparkOfflineStore"
 
 
-def view_as_of(
+def join_as_of(
     labels: DataFrame, rows: DataFrame, keys: list[str], features: list[str], ttl_s: int, by_created: bool
 ) -> DataFrame:
-    """``(ROW, *features)`` for every label row: the view's row Feast's join would pick.
+    """``labels`` with ``features`` appended: for each label row, the view's row Feast's join would pick.
 
-    ``labels`` has ``ROW``, the join ``keys`` and ``_pit_t`` (the label instant); ``rows`` has the
-    keys, ``_pit_ev`` (event timestamp), ``_pit_cr`` (created, may be null without
-    ``by_created``) and the features. Label rows with a missing key get no features, as an
-    equi-join would give them.
+    ``labels`` has the join ``keys`` and ``_pit_t`` (the label instant), and any other columns,
+    which are carried through unchanged; ``rows`` has the keys, ``_pit_ev`` (event timestamp),
+    ``_pit_cr`` (created, may be null without ``by_created``) and the features. A label row with
+    a missing key gets no features, as an equi-join would give it. One shuffle and sort per view,
+    and no join back: each label row travels through the sort as one struct.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -93,31 +95,30 @@ def view_as_of(
         available = F.col(_EV)
     keyed = reduce(operator.and_, (F.col(k).isNotNull() for k in keys), F.lit(True))
     value = F.struct(F.col(_EV), F.col(_CR), *(F.col(f) for f in features))
+    label = F.struct(*(F.col(c) for c in labels.columns))
     facts = rows.where(keyed).select(
         *keys,
         available.alias(_T),
         F.lit(0).alias(_KIND),
-        F.lit(None).cast("string").alias(ROW),
         value.alias(_VAL),
+        F.lit(None).cast(labels.select(label).schema[0].dataType).alias(_ASK),
     )
-    asks = labels.where(keyed).select(
+    asks = labels.select(
         *keys,
         F.col(_T),
         F.lit(1).alias(_KIND),
-        F.col(ROW),
         F.lit(None).cast(facts.schema[_VAL].dataType).alias(_VAL),
+        label.alias(_ASK),
     )
     stream = (
         Window.partitionBy(*keys).orderBy(_T, _KIND).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    best = facts.unionByName(asks).select(ROW, _T, _KIND, F.max(_VAL).over(stream).alias("_best"))
+    best = facts.unionByName(asks).select(_KIND, _ASK, F.max(_VAL).over(stream).alias("_best"))
     answered = best.where(F.col(_KIND) == 1)
     fresh = F.col(f"_best.{_EV}").isNotNull()
     if ttl_s > 0:
-        fresh &= F.col(f"_best.{_EV}") >= F.col(_T) - F.expr(f"INTERVAL {int(ttl_s)} SECONDS")
-    return answered.select(
-        ROW, *(F.when(fresh, F.col(f"_best.{f}")).alias(f) for f in features)
-    ).dropDuplicates([ROW])
+        fresh &= F.col(f"_best.{_EV}") >= F.col(f"{_ASK}.{_T}") - F.expr(f"INTERVAL {int(ttl_s)} SECONDS")
+    return answered.select(f"{_ASK}.*", *(F.when(fresh, F.col(f"_best.{f}")).alias(f) for f in features))
 
 
 def _source_rows(spark: SparkSession, ctx: FeatureViewQueryContext, by_created: bool) -> DataFrame:
@@ -183,24 +184,17 @@ class SortedSparkOfflineStore(SparkOfflineStore):
             event_timestamp_col=timestamp_col,
         )
         columns = list(schema.keys())
-        entity = spark.table(entity_view).withColumn(
-            ROW, F.sha2(F.to_json(F.struct(*(F.col(c) for c in columns))), 256)
-        )
-        labels = entity.withColumn(_T, F.col(timestamp_col).cast("timestamp"))
-        result = entity
+        result = spark.table(entity_view).withColumn(_T, F.col(timestamp_col).cast("timestamp"))
         contexts = get_feature_view_query_context(feature_refs, feature_views, registry, project, reach)
         for ctx in contexts:
             names = [ctx.field_mapping.get(f, f) for f in ctx.features]
             rows = _source_rows(spark, ctx, filter_by_created_timestamp)
             by_created = filter_by_created_timestamp and bool(ctx.created_timestamp_column)
-            answered = view_as_of(
-                labels.select(ROW, *ctx.entities, _T), rows, ctx.entities, names, ctx.ttl, by_created
-            )
-            result = result.join(answered, ROW, "left")
+            result = join_as_of(result, rows, ctx.entities, names, ctx.ttl, by_created)
         final = f"turnout_pit_{uuid.uuid4().hex}"
-        result.drop(ROW).createOrReplaceTempView(final)
+        result.drop(_T).createOrReplaceTempView(final)
         log.info("sorted point-in-time join over %d views for %s", len(contexts), feature_refs[:3])
-        return SparkRetrievalJob(
+        return _NarrowOnDemandRetrievalJob(
             spark_session=spark,
             query=f"SELECT * FROM {final}",
             full_feature_names=full_feature_names,
@@ -213,3 +207,34 @@ class SortedSparkOfflineStore(SparkOfflineStore):
             ),
             config=config,
         )
+
+
+class _NarrowOnDemandRetrievalJob(SparkRetrievalJob):
+    """Feast's Spark retrieval job, handing each on-demand view only its own input columns.
+
+    ``RetrievalJob.to_arrow`` passes every on-demand view the whole joined table, and a Python-mode
+    view starts with ``to_pydict()`` of it: ~150 columns and a 64-float embedding list per row
+    became ~80M Python objects per view for the demo's p_rsvp set (22 s of a 155 s build). Here the
+    same ``transform_arrow`` runs on the columns the view reads (its source projections and
+    request fields), and its requested outputs are appended.
+    """
+
+    def __init__(self, *, on_demand_feature_views: list[OnDemandFeatureView], **kwargs: Any) -> None:
+        super().__init__(on_demand_feature_views=[], **kwargs)
+        self._crosses = on_demand_feature_views
+
+    def _to_arrow_internal(self, timeout: int | None = None) -> pa.Table:
+        table = super()._to_arrow_internal(timeout=timeout)
+        refs = [ref.split(":", 1) for ref in (self.metadata.features if self.metadata else [])]
+        for view in self._crosses:
+            inputs = {f.name for r in view.source_request_sources.values() for f in r.schema}
+            for projection in view.source_feature_view_projections.values():
+                inputs |= {f.name for f in projection.features}
+                inputs |= {f"{projection.name}__{f.name}" for f in projection.features}
+            out = view.transform_arrow(table.select([c for c in table.column_names if c in inputs]))
+            # As RetrievalJob.to_arrow does: the requested outputs (all of them when none is named).
+            wanted = {f for v, f in refs if v in (view.name, view.projection.name_to_use())} or None
+            for column in out.column_names:
+                if not column.startswith("__index") and (wanted is None or column in wanted):
+                    table = table.append_column(column, out[column])
+        return table

@@ -186,7 +186,7 @@ def test_feature_store_yaml_comes_from_conf(tmp_path: Path, profile: str, online
     assert path == tmp_path.resolve() / "feast" / "feature_store.yaml"
     data = yaml.safe_load(path.read_text())
     assert data["online_store"]["type"] == online_type
-    assert data["offline_store"]["type"] == "spark"
+    assert data["offline_store"]["type"] == "pipelines.offline_store.SortedSparkOfflineStore"
     spark_conf = data["offline_store"]["spark_conf"]
     assert spark_conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert spark_conf["spark.sql.session.timeZone"] == "UTC"
