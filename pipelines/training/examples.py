@@ -269,12 +269,20 @@ def rsvp_examples(
             F.col("start_ts"),
         )
     ).cache()
-    positives = labelled.filter("label = 1").count()
-    negatives = labelled.filter("label = 0").count()
+    in_training = F.col("event_timestamp") < F.lit(_naive(train_end))
+    negative = F.col("label") == 0
+    # One pass over the cached rows for every count (a job each cost up to 4 s here).
+    tally = labelled.agg(
+        F.count(F.when(F.col("label") == 1, 1)).alias("positives"),
+        F.count(F.when(negative, 1)).alias("negatives"),
+        F.count(F.when(in_training, 1)).alias("training"),
+        F.count(F.when(in_training & negative, 1)).alias("training_negatives"),
+    ).first()
+    assert tally is not None
+    positives, negatives = int(tally["positives"]), int(tally["negatives"])
+    training_negatives = int(tally["training_negatives"])
     unmatched = impressions.join(events, "event_id", "left_anti").count()
 
-    in_training = F.col("event_timestamp") < F.lit(_naive(train_end))
-    training_negatives = labelled.filter(in_training & (F.col("label") == 0)).count()
     kept, kept_negatives = labelled, training_negatives
     if negative_keep_rate < 1.0:
         dropped = (
@@ -285,6 +293,7 @@ def rsvp_examples(
 
     injected = _injected_negatives(
         labelled.filter(in_training),
+        int(tally["training"]),
         impressions,
         events,
         rsvps,
@@ -309,6 +318,7 @@ def rsvp_examples(
 
 def _injected_negatives(
     labelled: DataFrame,
+    total: int,
     shown: DataFrame,
     events: DataFrame,
     rsvps: DataFrame,
@@ -322,7 +332,7 @@ def _injected_negatives(
     For a sample of impressions, draw a few events of the user's metro uniformly and keep the
     first that was live then (created, not started, not cancelled) and that the user was never
     shown (``shown``: every impression in the window) and never RSVPed to. The sample is sized so
-    injections make up ``share`` of the ``negatives`` they join.
+    injections make up ``share`` of the ``negatives`` they join; ``total`` counts ``labelled``.
     """
     from pyspark.sql import functions as F
 
@@ -330,7 +340,6 @@ def _injected_negatives(
     if share <= 0 or negatives == 0:
         return spark.createDataFrame([], labelled.schema)
     wanted = negatives * share / (1.0 - share)
-    total = labelled.count()
     # Some draws find no live unseen event; oversample and trim to the wanted number below.
     fraction = min(1.0, 4.0 * wanted / max(total, 1))
     # Sorted (by event_id first), so a draw's index names the same event however Spark grouped them.
