@@ -80,8 +80,8 @@ class FeastSettings(_Strict):
     # Online rows older than this are treated as missing by serving (Feast does not filter by TTL online).
     max_online_age_hours: int = Field(48, ge=1)
     # Feast's offline store type: turnout's sorted Spark store (pipelines/offline_store.py: Feast's
-    # API and frames, the point-in-time join as one sort per view; 2.6x faster builds on the demo
-    # history, bench/bench_training.py) or "spark" (Feast's stock Spark store, the reference the
+    # API and frames, the point-in-time join as one sort per view; the demo's p_rsvp set builds 3x
+    # faster, bench/bench_training.py) or "spark" (Feast's stock Spark store, the reference the
     # tests hold it equal to).
     offline_store: str = "pipelines.offline_store.SortedSparkOfflineStore"
     # Where the Spark offline store writes a point-in-time join's result as Parquet for the
