@@ -107,6 +107,9 @@ class TrainingSettings(_Strict):
     """Training sets, splits and the two LightGBM heads (design: "Training", "Negative sampling")."""
 
     window_days: int = Field(default=21, ge=2)  # label instants in [as_of - window_days, as_of)
+    # The attend head's RSVPs: a few per event, labelled nine days late and retrained weekly, so
+    # it reaches further back than the hourly head (its window ends attend_label_delay_days early).
+    attend_window_days: int = Field(default=63, ge=2)
     # Natural negatives kept (1.0 = all); the odds correction undoes whatever is dropped.
     negative_keep_rate: float = Field(default=1.0, gt=0.0, le=1.0)
     # Never-impressed random candidates, as a share of all negatives (design: about 20%).

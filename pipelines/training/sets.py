@@ -130,7 +130,8 @@ def build_training_set(
         raise ValueError(f"unknown head {head!r}; choose one of {sorted(SERVICE_OF_HEAD)}")
     cfg = settings.training
     as_of = as_of.astimezone(UTC)
-    start = as_of - (window or timedelta(days=cfg.window_days))
+    days = cfg.window_days if head == "rsvp" else cfg.attend_window_days
+    start = as_of - (window or timedelta(days=days))
     clock = time.perf_counter()
     spark = get_spark(settings)
     versions = source_versions(spark, settings)

@@ -120,10 +120,15 @@ def test_labels_match_a_brute_force_reading_of_silver(spark, world: World) -> No
 
 
 def test_attend_head_learns_only_from_labels_nine_days_old(world: World) -> None:
-    from pipelines.training.sets import read_training_set
+    from pipelines.training.sets import read_training_set, training_set_description
 
-    frame, _ = read_training_set(world.settings, "attend", world.attend["training_set_version"])
+    frame, version = read_training_set(world.settings, "attend", world.attend["training_set_version"])
     assert frame["event_timestamp"].max() < AS_OF - timedelta(days=9)
+    # Its own window (longer than the hourly head's), ending where labels stop being mature.
+    cfg = world.settings.training
+    described = training_set_description(world.settings, "attend", version)
+    assert described["start"] == (AS_OF - timedelta(days=cfg.attend_window_days + 9)).isoformat()
+    assert described["label_end"] == (AS_OF - timedelta(days=9)).isoformat()
     assert frame["rsvped"].eq(1).all() and frame["label"].isin([0, 1]).all()
     assert 0.3 < frame["label"].mean() < 0.9  # follow-through, not an RSVP rate
 
@@ -247,3 +252,8 @@ def test_evaluate_sets_the_champion_beside_the_baselines(world: World) -> None:
     assert att["champion_first_stage"] >= 0.95 * att["champion"]
     assert report["candidates_per_request"] > 25
     assert models["oracle"]["ndcg_at_25"] > models["random"]["ndcg_at_25"]
+    # ECE against the ground truth's probabilities (the test slice's attendance is not observed
+    # yet): small for calibrated heads; none for scores that are not probabilities, or the truth.
+    for name in ("champion", "rsvp_only"):
+        assert 0 <= models[name]["ece"] < 0.05
+    assert models["oracle"]["ece"] is None and models["random"]["ece"] is None
