@@ -207,10 +207,8 @@ def main() -> None:
     print(markdown(pd.DataFrame([{k: round(v) for k, v in seconds.items()}])))
 
     models = pd.DataFrame(evaluation["models"]).T.reset_index(names="model")
-    oracle, rsvp_only, champion = (
-        float(evaluation["models"][m]["expected_attendance_at_25"])
-        for m in ("oracle", "rsvp_only", "champion")
-    )
+    expected = {m: float(row["expected_attendance_at_25"]) for m, row in evaluation["models"].items()}
+    oracle, rsvp_only, champion = expected["oracle"], expected["rsvp_only"], expected["champion"]
     print(
         f"\n## Ranking ({evaluation['requests']} requests, {evaluation['candidates_per_request']:.0f} candidates each)\n"
     )
@@ -219,6 +217,11 @@ def main() -> None:
     print(
         f"\nchampion = {champion / oracle:.1%} of the oracle (target >= 97%); closes "
         f"{(champion - rsvp_only) / (oracle - rsvp_only):.0%} of the rsvp_only -> oracle gap (target >= 50%)"
+    )
+    print(
+        "which head holds it back: the p_rsvp head beside the true P(attend) reaches "
+        f"{expected['rsvp_head_x_true_attend'] / oracle:.1%} of the oracle, the p_attend head beside "
+        f"the true P(RSVP) {expected['true_rsvp_x_attend_head'] / oracle:.1%}"
     )
     print(
         f"p_rsvp: {rsvp['metrics']['rows_train']:.0f} training rows, test AUC {rsvp['metrics']['test_auc']:.4f}; "

@@ -170,7 +170,7 @@ EVALUATION_COLUMNS = (
 )
 
 
-def evaluation(report: dict[str, Any]) -> Table:
+def evaluation(report: dict[str, Any]) -> RenderableType:
     versions = report["champion_versions"]
     table = _table(
         f"{report['requests']} test requests, {report['candidates_per_request']:.0f} live candidates each "
@@ -179,7 +179,14 @@ def evaluation(report: dict[str, Any]) -> Table:
     )
     for name, row in report["models"].items():
         table.add_row(name, *(_num(row.get(c)) for c in EVALUATION_COLUMNS))
-    return table
+    caveats = (
+        f"ndcg_at_25 grades the {report['logged_test_impressions']:,} logged test impressions by what was "
+        "observed by the training set's as_of: attendance and ratings land days after the event, so it "
+        "rewards RSVPs (rsvp_only can lead it); expected attendance, priced by the simulator's truth, is "
+        "the measure of the two-head gain. ece is against the truth's probabilities. "
+        f"recall_at_25_random_slot rests on {report['random_slot_rsvps']} random-slot RSVPs."
+    )
+    return Group(table, caveats)
 
 
 def feed(result: Any) -> RenderableType:

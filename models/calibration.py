@@ -99,10 +99,23 @@ class SegmentCalibrators:
 
 
 def _fit_isotonic(p: np.ndarray, y: np.ndarray) -> IsotonicMap:
+    """Centered isotonic regression: sklearn's isotonic fit, with one knot per constant block at
+    the block's centroid, joined by straight lines.
+
+    The plain fit is a staircase: on the 90-day quality bench the p_rsvp head's 16,621 test
+    scores took 97 distinct values, and the feed broke the ties arbitrarily (92.1% of the
+    oracle's expected attendance; 92.7% through the centroids, test ECE 0.0024 -> 0.0020). The
+    block means are the same; only the flat steps between them become slopes.
+    """
     from sklearn.isotonic import IsotonicRegression
 
     iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(p, y)
-    return IsotonicMap(tuple(float(v) for v in iso.X_thresholds_), tuple(float(v) for v in iso.y_thresholds_))
+    levels, block = np.unique(iso.predict(p), return_inverse=True)
+    centers = np.bincount(block, weights=p) / np.bincount(block)  # increasing with the level
+    x = np.concatenate([[p.min()], centers, [p.max()]])
+    levels = np.concatenate([levels[:1], levels, levels[-1:]])
+    keep = np.concatenate([[True], np.diff(x) > 0])  # a one-point end block repeats its x
+    return IsotonicMap(tuple(float(v) for v in x[keep]), tuple(float(v) for v in levels[keep]))
 
 
 def fit_segment_calibrators(

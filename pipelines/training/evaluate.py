@@ -15,7 +15,9 @@ Models: ``champion`` (p_rsvp x p_attend, both registry champions), ``champion_fi
 (the same, ranking only what serving's first stage keeps: per request the best tenth of the
 candidates, at least 2 x 25, by the p_rsvp head's first trees, as 1,500 of 15,000 at full
 density), ``rsvp_only`` (the same p_rsvp head alone), ``popularity`` (RSVPs the event had so far,
-point in time), ``random``, and ``oracle`` (the ground truth's own P(attend), the ceiling).
+point in time), ``random``, and ``oracle`` (the ground truth's own P(attend), the ceiling). Two
+diagnostics put one head beside the other's true probability (``rsvp_head_x_true_attend``,
+``true_rsvp_x_attend_head``): how much of the gap to the oracle each head accounts for.
 """
 
 from __future__ import annotations
@@ -40,7 +42,16 @@ from published.registry import load_head
 
 log = logging.getLogger(__name__)
 
-MODELS = ("champion", "champion_first_stage", "rsvp_only", "popularity", "random", "oracle")
+MODELS = (
+    "champion",
+    "champion_first_stage",
+    "rsvp_only",
+    "popularity",
+    "random",
+    "rsvp_head_x_true_attend",
+    "true_rsvp_x_attend_head",
+    "oracle",
+)
 Progress = Callable[[str, int, int], None]
 
 
@@ -96,6 +107,9 @@ def model_scores(
         # Ties (most events have few RSVPs) broken at random, not by row order.
         "popularity": popularity + 0.01 * rng.random(len(frame)),
         "random": rng.random(len(frame)),
+        # Which head holds the champion back: each head beside the other's true probability.
+        "rsvp_head_x_true_attend": s["p_rsvp"] * p_a,
+        "true_rsvp_x_attend_head": p_r * s["p_attend"],
         "oracle": p_r * p_a,
         "_p_rsvp_true": p_r,
         "_p_attend_true": p_a,
