@@ -166,6 +166,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     home = (args.home or Path(tempfile.mkdtemp(prefix="turnout-quality-"))).resolve()
+    from pipelines.training.evaluate import MODELS
     from simulator import SimulationConfig
 
     end = SimulationConfig().start + timedelta(days=args.days)
@@ -206,7 +207,7 @@ def main() -> None:
     print(f"\n## Steps ({sum(seconds.values()):.0f} s, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC)\n")
     print(markdown(pd.DataFrame([{k: round(v) for k, v in seconds.items()}])))
 
-    models = pd.DataFrame(evaluation["models"]).T.reset_index(names="model")
+    models = pd.DataFrame(evaluation["models"]).T.loc[list(MODELS)].reset_index(names="model")
     expected = {m: float(row["expected_attendance_at_25"]) for m, row in evaluation["models"].items()}
     oracle, rsvp_only, champion = expected["oracle"], expected["rsvp_only"], expected["champion"]
     print(
