@@ -41,11 +41,14 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 TURNOUT = str(Path(sys.executable).with_name("turnout"))
 MIN_SEGMENT_ROWS = 200  # the issue's threshold for a segment's ECE to count
+# The attend head reaches back 63 days (+ the 9-day label delay) on the 90-day history; the
+# default 21 fits the demo's 28 days.
+SETTINGS = {"TURNOUT__TRAINING__ATTEND_WINDOW_DAYS": "63"}
 
 
 def run_step(home: Path, args: list[str]) -> tuple[float, dict[str, Any] | None]:
     """One ``turnout`` command on ``home``; its seconds and its ``--json`` summary (if asked)."""
-    env = {**os.environ, "TURNOUT_HOME": str(home)}
+    env = {**os.environ, "TURNOUT_HOME": str(home), **SETTINGS}
     started = time.perf_counter()
     done = subprocess.run([TURNOUT, *args], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - started
@@ -87,7 +90,7 @@ def calibration_tables(home: Path, versions: dict[str, str]) -> dict[str, pd.Dat
     from published.registry import load_version
     from simulator.truth import GroundTruth
 
-    settings = load_settings("local", home=home, environ={})
+    settings = load_settings("local", home=home, environ=SETTINGS)
     truth = GroundTruth.load(home / "simulator")
     heads = {h: load_version(settings, h, v)[0] for h, v in versions.items()}
     out: dict[str, pd.DataFrame] = {}

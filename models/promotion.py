@@ -7,18 +7,19 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Gates:
-    ndcg_tolerance: float = 0.01  # the challenger may be at most this much worse on NDCG@25
+    tolerance: float = 0.01  # the challenger may be at most this much worse on the head's metric
     max_ece: float = 0.02
     min_score_std: float = 1e-4  # a collapsed score distribution ranks nothing
 
 
 @dataclass(frozen=True)
 class CandidateReport:
-    ndcg_at_25: float
+    quality: float  # the head's gate metric, higher is better (e.g. NDCG@25, AUC)
     ece: float
     score_std: float
     schema_hash: str
     inputs_validated: bool
+    quality_name: str = "NDCG@25"
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,9 @@ def should_promote(
         reasons.append(f"ECE {candidate.ece:.4f} above {gates.max_ece}")
     if not candidate.score_std >= gates.min_score_std:
         reasons.append(f"score distribution collapsed (std {candidate.score_std:.2e})")
-    if champion is not None and not candidate.ndcg_at_25 >= champion.ndcg_at_25 - gates.ndcg_tolerance:
+    if champion is not None and not candidate.quality >= champion.quality - gates.tolerance:
         reasons.append(
-            f"NDCG@25 {candidate.ndcg_at_25:.4f} worse than champion {champion.ndcg_at_25:.4f} "
-            f"beyond tolerance {gates.ndcg_tolerance}"
+            f"{candidate.quality_name} {candidate.quality:.4f} worse than champion {champion.quality:.4f} "
+            f"beyond tolerance {gates.tolerance}"
         )
     return Decision(promote=not reasons, reasons=reasons)

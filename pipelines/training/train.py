@@ -32,6 +32,7 @@ import pandas as pd
 from conf import Settings
 from models.calibration import SamplingCorrection, fit_segment_calibrators
 from models.heads import DEFAULT_PARAMS, SERVICE_OF_HEAD, Head, Scorer, fit_booster, model_columns, segments
+from models.metrics import auc
 from models.promotion import CandidateReport, Decision, Gates, should_promote
 from pipelines.training import registry
 from pipelines.training.report import importance_plot, ndcg_on_logged, probability_metrics, reliability_plot
@@ -246,57 +247,51 @@ def leak_diagnostic(
 class GateInputs:
     """What the decision compares, each pinned to the run's ``as_of`` where it can be."""
 
-    ndcg_at_25: float  # the product score's NDCG@25 on the gate requests, with this head in it
-    champion_ndcg_at_25: float | None  # the same with the champion as recorded at as_of
+    metric: str  # the head's gate metric (see ``gate_metric``), higher is better
+    value: float  # the challenger's
+    champion_value: float | None  # the champion's as recorded at as_of, on the same rows
     champion_schema_hash: str | None
     serving_schema_hash: str  # what the online store serves for this head's feature service
     published_tower: str | None  # the tower serving's embeddings come from, now
 
 
-def gate_frame(settings: Settings, data: TrainingData) -> pd.DataFrame:
-    """The logged requests a head is gated on: the newest p_rsvp training set's test slice.
+GATE_METRIC = {"rsvp": "ndcg_at_25", "attend": "auc"}
 
-    The feed ranks by the product of both heads, so each head is judged by the product's NDCG@25
-    on logged impressions (with the other head's champion); for ``rsvp`` that is its own test slice.
+
+def gate_metric(data: TrainingData, head: Head, other: Head | None) -> float:
+    """One head's gate metric on its own temporal test slice, rows no model has trained on.
+
+    ``rsvp``: NDCG@25 of the product with the other head's champion (``other``), on the logged
+    test requests: what the feed ranks by. ``attend``: AUC on the attendance labels of its test
+    RSVPs. Those labels are mature; the rsvp test slice's are not (attendance lands days after
+    the event, so its grades hold RSVPs only and could never reward a better attendance head).
     """
-    if data.head == "rsvp":
-        return data.frame[data.split.test]
-    try:
-        rsvp, version = read_training_set(settings, "rsvp")
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"{err}; the attend head is gated on the rsvp head's test requests") from err
-    described = training_set_description(settings, "rsvp", version)
-    return rsvp[split_training_set(settings, rsvp, described).test]
-
-
-def _ndcg_with(rsvp: Head | None, attend: Head | None, frame: pd.DataFrame) -> float:
-    scorer = Scorer(rsvp, attend)
-    missing = [c for c in scorer.columns() if c not in frame.columns]
+    test = data.frame[data.split.test]
+    if data.head == "attend":
+        return auc(data.y[data.split.test], head.predict(test))
+    scorer = Scorer(head, other)
+    missing = [c for c in scorer.columns() if c not in test.columns]
     if missing:
         raise KeyError(f"gate frame lacks model inputs {missing[:5]}")
-    return ndcg_on_logged(frame, scorer.score(frame)["score"])
+    return ndcg_on_logged(test, scorer.score(test)["score"])
 
 
 def gate_inputs(settings: Settings, data: TrainingData, trained: Head) -> GateInputs:
-    """The challenger's gate metric beside the champion's, both heads' champions as they were for
-    data before ``as_of`` (``published.registry.champion_at``), not whatever is live today."""
+    """The challenger's gate metric beside the champion's on the same rows, the champions as they
+    were for data before ``as_of`` (``published.registry.champion_at``), not whatever is live today."""
     from pipelines.feast_store import get_store
     from published.feature_store import schema_hash
     from published.registry import champion_at
     from published.tower import current_tower_version
 
     registry.configure(settings)  # this writer creates the tracking store on a first run
-    other = champion_at(settings, OTHER[data.head], data.as_of)
+    other = champion_at(settings, OTHER[data.head], data.as_of) if data.head == "rsvp" else None
     other_head = other[0] if other else None
-
-    def pair(head: Head) -> tuple[Head | None, Head | None]:
-        return (head, other_head) if data.head == "rsvp" else (other_head, head)
-
-    gated_on = gate_frame(settings, data)
     champion = champion_at(settings, data.head, data.as_of)
     return GateInputs(
-        ndcg_at_25=_ndcg_with(*pair(trained), gated_on),
-        champion_ndcg_at_25=_ndcg_with(*pair(champion[0]), gated_on) if champion else None,
+        metric=GATE_METRIC[data.head],
+        value=gate_metric(data, trained, other_head),
+        champion_value=gate_metric(data, champion[0], other_head) if champion else None,
         champion_schema_hash=champion[0].schema_hash if champion else None,
         serving_schema_hash=schema_hash(SERVICE_OF_HEAD[data.head], store=get_store(settings)),
         published_tower=current_tower_version(settings),
@@ -307,17 +302,19 @@ def decide(
     trained: Head, metrics: dict[str, float], inputs: GateInputs, problems: list[str], gates: Gates
 ) -> Decision:
     """Every reason the challenger may not become champion (none: promote). Pure."""
+    name = {"ndcg_at_25": "NDCG@25", "auc": "AUC"}[inputs.metric]
     report = CandidateReport(
-        ndcg_at_25=inputs.ndcg_at_25,
+        quality=inputs.value,
         ece=metrics["test_ece"],
         score_std=metrics["test_score_std"],
         schema_hash=trained.schema_hash,
         inputs_validated=not problems,
+        quality_name=name,
     )
     champion = (
         None
-        if inputs.champion_ndcg_at_25 is None or inputs.champion_schema_hash is None
-        else CandidateReport(inputs.champion_ndcg_at_25, 0.0, 1.0, inputs.champion_schema_hash, True)
+        if inputs.champion_value is None or inputs.champion_schema_hash is None
+        else CandidateReport(inputs.champion_value, 0.0, 1.0, inputs.champion_schema_hash, True, name)
     )
     decision = should_promote(report, champion, gates, inputs.serving_schema_hash)
     reasons = [*decision.reasons, *(f"input validation: {p}" for p in problems)]
@@ -469,13 +466,11 @@ def train_head(
     metrics.update(leak_diagnostic(settings, data, trained, metrics["test_auc"]))
     step(5)
     inputs = gate_inputs(settings, data, trained)
-    metrics["gate_ndcg_at_25"] = inputs.ndcg_at_25
-    if inputs.champion_ndcg_at_25 is not None:
-        metrics["champion_gate_ndcg_at_25"] = inputs.champion_ndcg_at_25
+    metrics[f"gate_{inputs.metric}"] = inputs.value
+    if inputs.champion_value is not None:
+        metrics[f"champion_gate_{inputs.metric}"] = inputs.champion_value
     g = settings.training.gates[head]
-    decision = decide(
-        trained, metrics, inputs, data.problems, Gates(g.ndcg_tolerance, g.max_ece, g.min_score_std)
-    )
+    decision = decide(trained, metrics, inputs, data.problems, Gates(g.tolerance, g.max_ece, g.min_score_std))
     step(6)
     run_id = log_run(settings, data, trained, metrics, decision, started)
     step(7)

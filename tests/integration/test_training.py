@@ -222,6 +222,22 @@ def test_retraining_from_the_recorded_training_set_gives_the_same_model(world: W
     assert again["metrics"]["test_auc"] == world.rsvp["metrics"]["test_auc"]
 
 
+def test_the_attend_head_is_gated_on_its_own_mature_labels(world: World) -> None:
+    """Not on the rsvp test slice, whose attendance has not landed yet: the gate compares AUC on
+    the attend head's test RSVPs, the challenger's and the champion's on the same rows."""
+    from pipelines.training.train import train_head
+
+    again = train_head(
+        lenient(world.settings), "attend", training_set_version=world.attend["training_set_version"]
+    )
+    m = again["metrics"]
+    assert "gate_ndcg_at_25" not in m
+    assert m["gate_auc"] == m["test_auc"]
+    # The champion is the same recorded model (scored by its compiled trees: equal to ~1e-6).
+    assert m["champion_gate_auc"] == pytest.approx(m["gate_auc"], abs=1e-4)
+    assert world.rsvp["metrics"]["gate_ndcg_at_25"] > 0  # the rsvp head keeps the product's NDCG
+
+
 def test_the_registered_champion_loads_without_pickle_and_scores_like_training(world: World) -> None:
     from pipelines.training.sets import read_training_set
     from published.registry import load_head

@@ -57,7 +57,7 @@ def lenient(settings: Settings) -> Settings:
     """Gates that always pass: for tests about what happens after a promotion."""
     from conf.settings import GateSettings
 
-    gate = GateSettings(ndcg_tolerance=1.0, max_ece=1.0, min_score_std=0.0)
+    gate = GateSettings(tolerance=1.0, max_ece=1.0, min_score_std=0.0)
     return with_training(settings, gates={"rsvp": gate, "attend": gate})
 
 

@@ -38,23 +38,24 @@ def test_ece_is_small_when_calibrated_and_large_when_not() -> None:
     assert ece(y, p * 1.5) > 0.05
 
 
-GATES = Gates(ndcg_tolerance=0.01, max_ece=0.02)
+GATES = Gates(tolerance=0.01, max_ece=0.02)
 
 
 def _report(**kw: object) -> CandidateReport:
-    base = dict(ndcg_at_25=0.30, ece=0.01, score_std=0.05, schema_hash="abc", inputs_validated=True)
+    base = dict(quality=0.30, ece=0.01, score_std=0.05, schema_hash="abc", inputs_validated=True)
     return CandidateReport(**{**base, **kw})  # type: ignore[arg-type]
 
 
 def test_a_good_challenger_is_promoted() -> None:
-    d = should_promote(_report(ndcg_at_25=0.295), _report(), GATES, serving_schema_hash="abc")
+    d = should_promote(_report(quality=0.295), _report(), GATES, serving_schema_hash="abc")
     assert d.promote and d.reason == "all gates passed"
 
 
 @pytest.mark.parametrize(
     ("change", "needle"),
     [
-        ({"ndcg_at_25": 0.28}, "NDCG@25"),
+        ({"quality": 0.28}, "NDCG@25"),
+        ({"quality": 0.28, "quality_name": "AUC"}, "AUC 0.2800 worse than champion"),
         ({"ece": 0.05}, "ECE"),
         ({"score_std": 0.0}, "collapsed"),
         ({"schema_hash": "xyz"}, "schema hash"),
