@@ -184,7 +184,7 @@ def evaluation(report: dict[str, Any]) -> RenderableType:
         "observed by the training set's as_of: attendance and ratings land days after the event, so it "
         "rewards RSVPs (rsvp_only can lead it); expected attendance, priced by the simulator's truth, is "
         "the measure of the two-head gain. ece is against the truth's probabilities. "
-        f"recall_at_25_random_slot rests on {report['random_slot_rsvps']} random-slot RSVPs."
+        f"recall_at_25_random_slot rests on {report['random_slot_rsvps']} random-slot RSVP(s)."
     )
     return Group(table, caveats)
 
