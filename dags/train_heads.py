@@ -91,8 +91,9 @@ def train_attend() -> None:
     1. **wait_for_features**: pokes every 10 minutes (for up to 6 hours) until the newest
        `gold.event_dynamics` and `gold.user_features` rows are within 48 h of `as_of`.
     2. **train**: `train_head(settings, "attend", as_of)`: RSVPs made at least nine days before
-       `as_of`, labelled by observed attendance, gated on the product score's NDCG@25 with the
-       current `p_rsvp` champion. MLflow experiment `turnout-p_attend`, model `turnout-p_attend`.
+       `as_of`, labelled by observed attendance, gated on AUC over its own test RSVPs (mature
+       labels) against the champion on the same rows. MLflow experiment `turnout-p_attend`, model
+       `turnout-p_attend`.
 
     **Failures.** Features still stale after 6 hours fail the run; so does missing data.
     """
