@@ -58,7 +58,7 @@ DAG_IDS = ("content_tower", "features", "index", "ingest", "platform", "train_at
 LENIENT_GATES = {
     f"TURNOUT__TRAINING__GATES__{head}__{key}": value
     for head in ("RSVP", "ATTEND")
-    for key, value in (("NDCG_TOLERANCE", "1.0"), ("MAX_ECE", "1.0"), ("MIN_SCORE_STD", "0.0"))
+    for key, value in (("TOLERANCE", "1.0"), ("MAX_ECE", "1.0"), ("MIN_SCORE_STD", "0.0"))
 }
 
 
