@@ -58,31 +58,28 @@ def run_step(home: Path, args: list[str]) -> tuple[float, dict[str, Any] | None]
     return seconds, summary
 
 
-def segment_ece(y: np.ndarray, p: np.ndarray, truth: np.ndarray, seg: np.ndarray) -> pd.DataFrame:
-    """ECE against the labels and against the true probabilities, overall and per segment; and
-    the labels' ECE of the true probabilities themselves, the noise floor of ``ece_labels``."""
+def segment_ece(y: np.ndarray | None, p: np.ndarray, truth: np.ndarray, seg: np.ndarray) -> pd.DataFrame:
+    """ECE against the true probabilities, overall and per segment; with labels ``y``, also ECE
+    against them and the labels' ECE of the true probabilities, the noise floor of the latter."""
     from models import metrics
 
     rows = []
     for name in ["all", *sorted(set(seg))]:
         mask = np.ones(len(seg), bool) if name == "all" else seg == name
-        rows.append(
-            {
-                "segment": name,
-                "rows": int(mask.sum()),
-                "mean_p": float(p[mask].mean()),
-                "observed": float(y[mask].mean()),
-                "ece_labels": metrics.ece(y[mask], p[mask]),
-                "ece_truth": metrics.ece(truth[mask], p[mask]),
-                # The same ECE of the true probabilities: what sampling noise alone gives.
-                "ece_labels_of_truth": metrics.ece(y[mask], truth[mask]),
-            }
-        )
+        row = {"segment": name, "rows": int(mask.sum()), "mean_p": float(p[mask].mean())}
+        if y is not None:
+            row["observed"] = float(y[mask].mean())
+            row["ece_labels"] = metrics.ece(y[mask], p[mask])
+            # The same ECE of the true probabilities: what sampling noise alone gives.
+            row["ece_labels_of_truth"] = metrics.ece(y[mask], truth[mask])
+        row["ece_truth"] = metrics.ece(truth[mask], p[mask])
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
-def calibration_tables(home: Path, versions: dict[str, str]) -> dict[str, pd.DataFrame]:
-    """Per head (and the product) the segment ECE table on its own temporal test slice."""
+def calibration_tables(home: Path, runs: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """Per head (and the product) the segment ECE table on its own temporal test slice; ``runs``
+    are the heads' ``turnout train --json`` summaries (model and training-set versions)."""
     from conf import load_settings
     from models.heads import segments
     from pipelines.training.evaluate import _oracle
@@ -92,10 +89,10 @@ def calibration_tables(home: Path, versions: dict[str, str]) -> dict[str, pd.Dat
 
     settings = load_settings("local", home=home, environ=SETTINGS)
     truth = GroundTruth.load(home / "simulator")
-    heads = {h: load_version(settings, h, v)[0] for h, v in versions.items()}
+    heads = {h: load_version(settings, h, run["version"])[0] for h, run in runs.items()}
     out: dict[str, pd.DataFrame] = {}
     for name, head in heads.items():
-        frame, version = read_training_set(settings, name)
+        frame, version = read_training_set(settings, name, runs[name]["training_set_version"])
         split = split_training_set(settings, frame, training_set_description(settings, name, version))
         test = frame[split.test].reset_index(drop=True)
         x = test[head.columns]
@@ -105,9 +102,9 @@ def calibration_tables(home: Path, versions: dict[str, str]) -> dict[str, pd.Dat
             test["label"].to_numpy(float), p, p_r if name == "rsvp" else p_a, segments(x)
         )
         if name == "rsvp":
+            # Its label (attended) is not observed for the newest impressions: truth only.
             product = p * heads["attend"].predict(test[heads["attend"].columns])
-            attended = test["attended"].fillna(0).to_numpy(float)
-            out["product"] = segment_ece(attended, product, p_r * p_a, segments(x))
+            out["product"] = segment_ece(None, product, p_r * p_a, segments(x))
     return out
 
 
@@ -148,13 +145,9 @@ def injection_experiment(rows: int = 200_000, seed: int = 7) -> pd.DataFrame:
     )
 
 
-def markdown(frame: pd.DataFrame, floats: str = "{:.4f}") -> str:
-    cells = frame.map(
-        lambda v: floats.format(v) if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v
-    )
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + " --- |" * len(frame.columns)]
-    lines += ["| " + " | ".join(map(str, r)) + " |" for r in cells.itertuples(index=False)]
-    return "\n".join(lines)
+def markdown(frame: pd.DataFrame) -> str:
+    escaped = frame.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)  # free|cold
+    return escaped.to_markdown(index=False, floatfmt=".4f", intfmt=",")
 
 
 def main() -> None:
@@ -169,11 +162,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     home = (args.home or Path(tempfile.mkdtemp(prefix="turnout-quality-"))).resolve()
+    from conf.settings import TrainingSettings
     from pipelines.training.evaluate import MODELS
     from simulator import SimulationConfig
 
     end = SimulationConfig().start + timedelta(days=args.days)
-    window = timedelta(days=21)  # the rsvp head's default window: the tower predates its labels
+    # The tower as of the rsvp head's window start, so its label instants see embeddings (as the demo).
+    window = timedelta(days=TrainingSettings().window_days)
     at, tower_at = end.isoformat(), (end - window).isoformat()
     steps = [
         (
@@ -203,7 +198,7 @@ def main() -> None:
 
     rsvp, attend, evaluation = results["train p_rsvp"], results["train p_attend"], results["evaluate"]
     started = time.perf_counter()
-    tables = calibration_tables(home, {"rsvp": rsvp["version"], "attend": attend["version"]})
+    tables = calibration_tables(home, {"rsvp": rsvp, "attend": attend})
     injection = injection_experiment()
     seconds["calibration + injection"] = time.perf_counter() - started
 
