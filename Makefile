@@ -25,7 +25,10 @@ setup: $(VENV)/.installed .cache/jars/.fetched ## Create .venv from requirements
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q uv==$(UV_VERSION)
-	$(BIN)/uv pip sync --python $(BIN)/python requirements.lock
+	@# --compile-bytecode (pip's default, not uv's): where PYTHONDONTWRITEBYTECODE is set, as on our
+	@# dev machines, every process otherwise compiles what it imports from source: great-expectations
+	@# 5.5 -> 2.3 s, Feast 7 -> 5 s per process, and each DAG task, CLI step and test is a process.
+	$(BIN)/uv pip sync --compile-bytecode --python $(BIN)/python requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
 	touch $@
 

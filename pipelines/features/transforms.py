@@ -527,18 +527,21 @@ def market_rates(
     label = rsvps.select("user_id", "event_id", F.lit(1.0).alias("_rsvp")).dropDuplicates(
         ["user_id", "event_id"]
     )
-    imp = (
+    cell_key = ["metro", "category", "hour_of_week"]
+    # Every level below is a sum of the finest level's daily counts: the impressions are joined
+    # and scanned once (cached, one row per cell and UTC day), not once per level and use.
+    cell_days = (
         impressions.join(ev, "event_id")
         .join(label, ["user_id", "event_id"], "left")
-        .select(
-            "metro",
-            "category",
-            "hour_of_week",
-            F.col("served_at").alias("event_timestamp"),
-            F.coalesce("_rsvp", F.lit(0.0)).alias("_y"),
+        .groupBy(*cell_key, F.to_date("served_at").alias("day"))
+        .agg(
+            F.sum(F.coalesce("_rsvp", F.lit(0.0))).alias("k"),
+            F.count(F.lit(1)).cast("double").alias("n"),
         )
+        .withColumn("event_timestamp", F.to_timestamp("day"))
+        .cache()
     )
-    sums = {"k": F.sum("_y"), "n": F.count("_y").cast("double")}
+    sums = {"k": F.sum("k"), "n": F.sum("n")}
     levels: list[tuple[str, list[str]]] = [
         ("global", []),
         ("how", ["hour_of_week"]),
@@ -548,9 +551,13 @@ def market_rates(
     fitted: dict[str, float] = {}
     frames: dict[str, DataFrame] = {}
     for name, group in levels:
-        groups = imp.groupBy(*group).agg(*[e.alias(k) for k, e in sums.items()]).toPandas() if group else None
+        groups = (
+            cell_days.groupBy(*group).agg(*[e.alias(k) for k, e in sums.items()]).toPandas()
+            if group
+            else None
+        )
         fitted[f"market_{name}_m"] = fit_pseudocount(groups["k"], groups["n"]) if groups is not None else 0.0
-        frames[name] = daily_priors(imp, group, sums, days)
+        frames[name] = daily_priors(cell_days, group, sums, days)
     log.info("market rate pseudocounts %s", fitted)
 
     g = frames["global"].select("day", F.when(F.col("n") > 0, F.col("k") / F.col("n")).alias("r_global"))
