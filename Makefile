@@ -84,9 +84,10 @@ up: setup ## Start the deployment: Airflow (UI :8080), MLflow UI (:5000), feed s
 	TURNOUT_HOME=$(TURNOUT_HOME) ops/up.sh
 
 LOOP_HOURS ?= 6
+LOOP_STEP ?= 6
 AIRFLOW_PORT ?= 8080
-loop: setup ## Play the demo's next LOOP_HOURS platform hours through the running deployment (make up first).
-	$(BIN)/turnout loop --hours $(LOOP_HOURS) --airflow-url http://127.0.0.1:$(AIRFLOW_PORT)
+loop: setup ## Play the next LOOP_HOURS platform hours through the running deployment, LOOP_STEP at a time (make up first).
+	$(BIN)/turnout loop --hours $(LOOP_HOURS) --step $(LOOP_STEP) --airflow-url http://127.0.0.1:$(AIRFLOW_PORT)
 
 down: ## Stop everything `make up` started (whole process groups, workers included).
 	TURNOUT_HOME=$(TURNOUT_HOME) ops/down.sh

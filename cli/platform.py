@@ -84,6 +84,7 @@ def loop_report(settings: Settings, log_to_mlflow: bool = True) -> dict[str, Any
         mlflow.set_tags({"days": str(len(days)), "champions": " | ".join(days["champions"])})
         metrics = {
             "feeds": "feeds",
+            "feeds_failed": "feeds_failed",
             "expected_attendance_per_feed": "expected_attendance",
             "oracle_expected_attendance_per_feed": "oracle_expected_attendance",
             "rsvps_per_feed": "rsvps",
@@ -117,6 +118,8 @@ def loop_plot(days: pd.DataFrame) -> Any:
     top.legend(loc="best", fontsize=8)
     top.set_title("The closed loop: what the champion served, per simulated day")
     bottom.bar(x, days["feeds"], color="#999999", label="feeds served")
+    bottom.bar(x, days["feeds_failed"], bottom=days["feeds"], color="C3", alpha=0.4, label="feeds failed")
+    bottom.legend(loc="upper left", fontsize=8)
     bottom.set_ylabel("feeds")
     share = bottom.twinx()
     share.plot(x, days["exploration_share"], color="C3", marker="o", label="exploration share")

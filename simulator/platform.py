@@ -674,22 +674,26 @@ def play_hours(
 def loop_days(truth_root: Path) -> pd.DataFrame:
     """Per simulated UTC day of the live platform: what was served and what it was worth.
 
-    ``served_by_model`` counts feeds a model ranked; ``expected_*`` are per feed under the ground
+    ``requests`` counts the day's feed requests and ``feeds_failed`` those the service did not
+    answer; ``feeds`` the answered ones, of which ``served_by_model`` a model ranked; ``expected_*`` are per feed under the ground
     truth, beside the oracle's expected attendance for the same requests; ``rsvps`` and
     ``attendances`` per feed are the outcomes the users actually drew (attendance is delivered days
     later); ``attend_labels`` counts the attendance lines delivered by the day's end, the history's
     and the live platform's (what the weekly p_attend retrain can learn from).
     """
     root = platform_root(truth_root)
-    files = sorted((root / "requests").glob("*.parquet")) if (root / "requests").is_dir() else []
-    if not files:
+    played = pd.DataFrame(played_hours(truth_root))
+    if played.empty:
         return pd.DataFrame()
-    frames = [f for f in map(pd.read_parquet, files) if len(f)]
-    if not frames:  # hours played with no request answered
-        return pd.DataFrame()
-    req = pd.concat(frames, ignore_index=True)
+    # Every request of the day counts, answered or not: a day whose feeds all failed (the service
+    # down, or asked about an instant it does not serve yet) is a row with no feed, not a gap.
+    played["day"] = played["start"].str[:10]
+    asked = played.groupby("day")[["requests", "feeds_failed"]].sum()
+    frames = [f for f in map(pd.read_parquet, sorted((root / "requests").glob("*.parquet"))) if len(f)]
+    req = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=_REQUEST_COLUMNS)
     shown = pd.concat(
-        [f for f in map(pd.read_parquet, sorted((root / "impressions").glob("*.parquet"))) if len(f)],
+        [f for f in map(pd.read_parquet, sorted((root / "impressions").glob("*.parquet"))) if len(f)]
+        or [pd.DataFrame(columns=["request_id", "is_exploration"])],
         ignore_index=True,
     )
     req["day"] = pd.to_datetime(req["served_at"], utc=True).dt.strftime("%Y-%m-%d")
@@ -699,22 +703,35 @@ def loop_days(truth_root: Path) -> pd.DataFrame:
     manifest = json.loads((Path(truth_root) / "manifest.json").read_text())
     history_labels = int(manifest["entities"]["attendance"]["lines_written"])
     rows = []
-    for day, group in req.groupby("day"):
+    for day, counts in asked.iterrows():
+        group = req[req["day"] == day]
         feeds = len(group)
         day_end = int(pd.Timestamp(str(day), tz="UTC").timestamp()) + DAY
         imps = shown[shown["day"] == day]
         versions = sorted(v for v in group["model_version"].unique())
+        mean = {
+            c: float(group[c].mean()) if feeds else float("nan")
+            for c in (
+                "expected_rsvps",
+                "expected_attendance",
+                "oracle_expected_attendance",
+                "rsvps",
+                "attendances",
+            )
+        }
         rows.append(
             {
                 "day": day,
                 "champions": ", ".join(versions),
+                "requests": int(counts["requests"]),
+                "feeds_failed": int(counts["feeds_failed"]),
                 "feeds": feeds,
                 "served_by_model": int(group["served_by"].str.startswith("model").sum()),
-                "expected_rsvps": float(group["expected_rsvps"].mean()),
-                "expected_attendance": float(group["expected_attendance"].mean()),
-                "oracle_expected_attendance": float(group["oracle_expected_attendance"].mean()),
-                "rsvps": float(group["rsvps"].mean()),
-                "attendances": float(group["attendances"].mean()),
+                "expected_rsvps": mean["expected_rsvps"],
+                "expected_attendance": mean["expected_attendance"],
+                "oracle_expected_attendance": mean["oracle_expected_attendance"],
+                "rsvps": mean["rsvps"],
+                "attendances": mean["attendances"],
                 "exploration_share": float(imps["is_exploration"].mean()) if len(imps) else 0.0,
                 "attend_labels": history_labels + int(np.searchsorted(attendance_hours, day_end // HOUR)),
             }

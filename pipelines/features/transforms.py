@@ -187,7 +187,8 @@ def user_features(
         F.percentile_approx("_att_dist", 0.9).over(w).alias("_p90_km"),
         F.count("_att_dist").over(w).alias("_n_dist"),
     )
-    rows = _last_row_per_instant(running, ["user_id"]).filter(F.col("metro").isNotNull())
+    # Cached: the pseudocount fit below and the table itself both read every row.
+    rows = _last_row_per_instant(running, ["user_id"]).filter(F.col("metro").isNotNull()).cache()
 
     # Leak-free priors per metro: follow-through, category shares, typical attended distance.
     att_facts = (
@@ -444,7 +445,7 @@ def entity_outcome_stats(
         F.coalesce(F.sum("_rating").over(w), F.lit(0.0)).alias("_sr"),
         F.size(F.collect_set(F.when(F.col("_att").isNotNull(), F.col("event_id"))).over(w)).alias("_events"),
     )
-    rows = _last_row_per_instant(running, [key])
+    rows = _last_row_per_instant(running, [key]).cache()  # read by the fit and by the table
     final = (
         rows.groupBy(key)
         .agg(F.max_by("_k", "event_timestamp").alias("k"), F.max_by("_n", "event_timestamp").alias("n"))

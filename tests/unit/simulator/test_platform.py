@@ -22,6 +22,7 @@ from simulator import GroundTruth, SimulationConfig, simulate
 from simulator.platform import (
     PART_NAME,
     FeedAnswer,
+    HttpFeed,
     ServedItem,
     loop_days,
     platform_root,
@@ -248,3 +249,33 @@ def test_hours_outside_the_world_are_refused(world: Path) -> None:
     with pytest.raises(ValueError, match="the platform plays"):
         play_hours(world / "truth", world / "landing", end, end + timedelta(hours=1), feed)
     assert not (platform_root(world / "truth") / "played").exists()
+
+
+def test_hours_whose_feeds_all_failed_are_reported_not_dropped(world: Path, tmp_path: Path) -> None:
+    """The service down (nothing listens on its port): every feed fails, the hour still delivers,
+    and the loop report shows the day with its requests failed instead of leaving the day out."""
+    import socket
+
+    home = _fresh_copy(world, tmp_path)
+    truth_root, landing = home / "truth", home / "landing"
+    start = platform_start(truth_root)
+    assert start is not None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free once closed: connections to it are refused
+    feed = HttpFeed(f"http://127.0.0.1:{port}", timeout_s=5)
+    try:
+        hours = play_hours(truth_root, landing, start, start + timedelta(hours=3), feed, Counter(truth_root))
+    finally:
+        feed.close()
+    asked = sum(h["requests"] for h in hours)
+    assert asked > 0 and all(h["feeds_failed"] == h["requests"] for h in hours)
+    assert all(h["first_error"] for h in hours if h["requests"]) and sum(
+        sum(h["lines"].values()) for h in hours
+    )
+
+    days = loop_days(truth_root)
+    assert days[["requests", "feeds_failed", "feeds", "served_by_model"]].to_dict("records") == [
+        {"requests": asked, "feeds_failed": asked, "feeds": 0, "served_by_model": 0}
+    ]
+    assert days["expected_attendance"].isna().all() and days["share_of_oracle"].isna().all()
