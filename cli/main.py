@@ -685,7 +685,7 @@ def loop(
     from datetime import timedelta
 
     from cli.airflow_api import LOOP_DAGS, AirflowApi, watch_until_idle
-    from cli.platform import loop_report, truth_root
+    from cli.platform import loop_report, truth_root, wait_for_catalog
     from simulator.platform import platform_start, played_hours
 
     settings = _settings(profile)
@@ -717,6 +717,14 @@ def loop(
             api, err.print, backfill_id=int(backfill["id"]), timeout_s=max(timeout - took, 1.0)
         )
         backfills.append(backfill)
+        if offset + chunk < hours:  # the next step's users are served as of what this one published
+            waited = time.monotonic()
+            served, published = wait_for_catalog(settings, timeout_s=600)
+            took += time.monotonic() - waited
+            if served is not None and published is not None and served < published:
+                err.print(f"[yellow]the feed service still answers as of {served}, not {published}[/yellow]")
+            else:
+                err.print(f"feed service answers as of {served} (published {published})")
     err.print(f"{hours} simulated hours and the pipeline behind them in {took:.0f} s")
     report = loop_report(settings)
     if report["days"]:

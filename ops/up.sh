@@ -93,6 +93,11 @@ if [[ "$SERVICES" == *" feed "* ]]; then
   # Unless pinned, the service's clock is the published state's: the demo's last day, then each
   # hour the simulated platform plays (`make loop`).
   [[ -z "${FEED_NOW:-}" ]] && feed_args+=(--clock "${FEED_CLOCK:-published}")
+  if [[ -z "${FEED_NOW:-}" && "${FEED_CLOCK:-published}" == published ]]; then
+    # That clock moves when the index DAG publishes: look for a new catalog every 30 s, not every
+    # 15 minutes (the settings' default), so the platform's next hours are answered as of it.
+    export TURNOUT__SERVING__SNAPSHOT_REFRESH_SECONDS="${TURNOUT__SERVING__SNAPSHOT_REFRESH_SECONDS:-30}"
+  fi
   start feed "$BIN/turnout" "${feed_args[@]}"
 fi
 
