@@ -675,9 +675,10 @@ def loop_days(truth_root: Path) -> pd.DataFrame:
     """Per simulated UTC day of the live platform: what was served and what it was worth.
 
     ``requests`` counts the day's feed requests and ``feeds_failed`` those the service did not
-    answer; ``feeds`` the answered ones, of which ``served_by_model`` a model ranked; ``expected_*`` are per feed under the ground
-    truth, beside the oracle's expected attendance for the same requests; ``rsvps`` and
-    ``attendances`` per feed are the outcomes the users actually drew (attendance is delivered days
+    answer; ``feeds`` the answered ones, of which ``served_by_model`` a model ranked.
+    ``expected_*`` are per answered feed (NaN on a day with none) under the ground truth, beside
+    the oracle's expected attendance for the same requests; ``rsvps`` and ``attendances`` per
+    feed are the outcomes the users actually drew (attendance is delivered days
     later); ``attend_labels`` counts the attendance lines delivered by the day's end, the history's
     and the live platform's (what the weekly p_attend retrain can learn from).
     """
@@ -709,8 +710,8 @@ def loop_days(truth_root: Path) -> pd.DataFrame:
         day_end = int(pd.Timestamp(str(day), tz="UTC").timestamp()) + DAY
         imps = shown[shown["day"] == day]
         versions = sorted(v for v in group["model_version"].unique())
-        mean = {
-            c: float(group[c].mean()) if feeds else float("nan")
+        mean = {  # NaN for a day with no answered feed
+            c: float(group[c].mean())
             for c in (
                 "expected_rsvps",
                 "expected_attendance",
