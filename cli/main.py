@@ -724,7 +724,7 @@ def loop(
             waited = time.monotonic()
             served, published = wait_for_catalog(settings, timeout_s=600)
             took += time.monotonic() - waited
-            if served is not None and published is not None and served < published:
+            if served is None or served < published:
                 err.print(f"[yellow]the feed service still answers as of {served}, not {published}[/yellow]")
             else:
                 err.print(f"feed service answers as of {served} (published {published})")

@@ -58,7 +58,7 @@ def play_platform(
     return {"start": start.isoformat(), "end": end.isoformat(), "hours": hours, "totals": totals}
 
 
-def wait_for_catalog(settings: Settings, timeout_s: float) -> tuple[datetime | None, datetime | None]:
+def wait_for_catalog(settings: Settings, timeout_s: float) -> tuple[datetime | None, datetime]:
     """Wait until the feed service answers as of the newest published catalog, as a service on
     the published clock does once its refresh has loaded it (``/healthz``: catalog ``as_of``).
 
@@ -68,20 +68,19 @@ def wait_for_catalog(settings: Settings, timeout_s: float) -> tuple[datetime | N
 
     import httpx
 
-    from published.catalog import catalog_store, read_catalog
+    from contracts.instants import parse_instant
+    from published.catalog import load_live_catalog
 
-    store = catalog_store(settings)
-    pointer = store.read_pointer()
-    published = None if pointer is None else read_catalog(store.path(pointer.version), verify=False).as_of
+    published = load_live_catalog(settings).as_of
     deadline = time.monotonic() + timeout_s
     while True:
         served = None
         try:
             health = httpx.get(f"{settings.platform.feed_url.rstrip('/')}/healthz", timeout=10).json()
-            served = datetime.fromisoformat(health["components"]["catalog"]["as_of"].replace("Z", "+00:00"))
-        except (httpx.HTTPError, KeyError, ValueError, AttributeError):
+            served = parse_instant(health["components"]["catalog"]["as_of"])
+        except (httpx.HTTPError, KeyError, ValueError, TypeError):
             pass
-        if published is None or (served is not None and served >= published) or time.monotonic() >= deadline:
+        if (served is not None and served >= published) or time.monotonic() >= deadline:
             return served, published
         time.sleep(5)
 
