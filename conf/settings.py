@@ -57,6 +57,14 @@ class IngestSettings(_Strict):
     min_quarantined_to_fail: int = Field(10, ge=0)
 
 
+class FeaturesSettings(_Strict):
+    # A gold table of at most this many rows (as of a run's end) is validated on the driver, with
+    # great-expectations' pandas engine: one Spark job collects it, where the Spark engine runs one
+    # per expectation (~20 per table), each costing more than the check itself on a small table.
+    # Larger tables are validated by Spark; 0 validates every table there.
+    validate_on_driver_max_rows: int = Field(default=2_000_000, ge=0)
+
+
 class IndexSettings(_Strict):
     """The geo-time index and the content tower's published artifacts (design: "The geo index")."""
 
@@ -192,6 +200,7 @@ class Settings(_Strict):
     ingest: IngestSettings = Field(
         default_factory=lambda: IngestSettings(max_quarantine_fraction=0.2, min_quarantined_to_fail=10)
     )
+    features: FeaturesSettings = Field(default_factory=lambda: FeaturesSettings())
     training: TrainingSettings = Field(default_factory=lambda: TrainingSettings())
     serving: ServingSettings = Field(default_factory=lambda: ServingSettings())
     platform: PlatformSettings = Field(default_factory=lambda: PlatformSettings())

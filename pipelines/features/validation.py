@@ -13,6 +13,11 @@ re-run of an old interval is judged on what that interval could see):
 
 Column names and types come from the feature views, so the contract and the Feast repository
 cannot drift apart; the rules below only add what a schema cannot say.
+
+The same suite runs on either of great-expectations' engines. A table of at most
+``features.validate_on_driver_max_rows`` rows is collected once and validated with pandas on the
+driver; a larger one stays on Spark, which runs a job per expectation (~20 per table, each a
+fixed cost that dwarfs the check on an hourly run's small tables).
 """
 
 from __future__ import annotations
@@ -32,11 +37,24 @@ log = logging.getLogger(__name__)
 
 EVENT_TIMESTAMP = "event_timestamp"
 CREATED = "created"
-_SPARK_TYPES = {
-    "String": "StringType",
-    "Float64": "DoubleType",
-    "Int64": "LongType",
-    "Array(Float32)": "ArrayType",
+# A Feast dtype as each engine names the column type it reads from the Delta table. On the
+# driver, strings are checked value by value; an array is an object column, its length checked
+# through the derived column below.
+_TYPES = {
+    "spark": {
+        "String": "StringType",
+        "Float64": "DoubleType",
+        "Int64": "LongType",
+        "Array(Float32)": "ArrayType",
+        "timestamp": "TimestampType",
+    },
+    "pandas": {
+        "String": "str",
+        "Float64": "float64",
+        "Int64": "int64",
+        "Array(Float32)": "object",
+        "timestamp": "datetime64",
+    },
 }
 # Columns validated through a derived column (GE has no array-length expectation for Spark).
 _EMBEDDING_DIM_COLUMN = "_embedding_dim"
@@ -172,11 +190,12 @@ class TableResult:
     success: bool
     rows: int
     failures: list[str]
+    engine: str = "spark"
 
     def report(self) -> str:
         if self.success:
-            return f"gold.{self.table}: {self.rows} rows, all expectations met"
-        return f"gold.{self.table}: {self.rows} rows, " + "; ".join(self.failures)
+            return f"gold.{self.table}: {self.rows} rows ({self.engine}), all expectations met"
+        return f"gold.{self.table}: {self.rows} rows ({self.engine}), " + "; ".join(self.failures)
 
 
 def _naive_utc(t: datetime) -> datetime:
@@ -184,8 +203,8 @@ def _naive_utc(t: datetime) -> datetime:
     return t.astimezone(UTC).replace(tzinfo=None)
 
 
-def build_suite(view: FeatureView, contract: TableContract, end: datetime) -> Any:
-    """The expectation suite for one gold table, judged as of ``end``."""
+def build_suite(view: FeatureView, contract: TableContract, end: datetime, engine: str = "spark") -> Any:
+    """The expectation suite for one gold table, judged as of ``end`` on ``engine`` (``_TYPES``)."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
@@ -193,13 +212,14 @@ def build_suite(view: FeatureView, contract: TableContract, end: datetime) -> An
     features = {f.name: str(f.dtype) for f in view.features}
     columns = {**{k: "String" for k in keys}, **features}
 
-    suite = gx.ExpectationSuite(name=f"gold_{contract.table}")
+    types = _TYPES[engine]
+    suite = gx.ExpectationSuite(name=f"gold_{contract.table}_{engine}")
     add = suite.add_expectation
     add(gxe.ExpectTableColumnsToMatchSet(column_set=[*columns, EVENT_TIMESTAMP, CREATED], exact_match=False))
     for name, dtype in columns.items():
-        add(gxe.ExpectColumnValuesToBeOfType(column=name, type_=_SPARK_TYPES[dtype]))
+        add(gxe.ExpectColumnValuesToBeOfType(column=name, type_=types[dtype]))
     for stamp in (EVENT_TIMESTAMP, CREATED):
-        add(gxe.ExpectColumnValuesToBeOfType(column=stamp, type_="TimestampType"))
+        add(gxe.ExpectColumnValuesToBeOfType(column=stamp, type_=types["timestamp"]))
     for name in [*keys, *features, EVENT_TIMESTAMP, CREATED]:
         if name not in contract.nullable:
             add(gxe.ExpectColumnValuesToNotBeNull(column=name))
@@ -268,7 +288,7 @@ def validate_gold(settings: Settings, end: datetime, tables: list[str] | None = 
     A missing gold table fails, except one written by another stage (``OPTIONAL_TABLES``:
     ``event_embeddings`` before the index stage first runs), which is reported as ``missing`` and
     skipped; materialization skips its view the same way.
-    Returns ``{"end", "tables": {name: {"success", "rows", "failures"}}, "missing"}``.
+    Returns ``{"end", "tables": {name: {"success", "rows", "engine", "failures"}}, "missing"}``.
     """
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -287,7 +307,11 @@ def validate_gold(settings: Settings, end: datetime, tables: list[str] | None = 
         raise ValueError(f"no gold contract for {sorted(unknown)}; known: {sorted(views)}")
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    source = context.data_sources.add_spark(name="gold")
+    sources: dict[str, Any] = {
+        "spark": context.data_sources.add_spark(name="gold"),
+        "pandas": context.data_sources.add_pandas(name="gold_on_driver"),
+    }
+    on_driver_max = settings.features.validate_on_driver_max_rows
     rules = contracts(settings.index.embedding_dim)
     results: dict[str, TableResult] = {}
     missing: list[str] = []
@@ -302,24 +326,30 @@ def validate_gold(settings: Settings, end: datetime, tables: list[str] | None = 
             continue
         frame = _frame(spark, path, end).cache()
         try:
-            batch = source.add_dataframe_asset(name=table).add_batch_definition_whole_dataframe("batch")
-            suite = context.suites.add(build_suite(views[table], rules[table], end))
-            data = batch.get_batch(batch_parameters={"dataframe": frame})
+            rows = frame.count()
+            # An empty table stays on Spark: its schema still has the types to check.
+            engine = "pandas" if 0 < rows <= on_driver_max else "spark"
+            batch = (
+                sources[engine].add_dataframe_asset(name=table).add_batch_definition_whole_dataframe("batch")
+            )
+            suite = context.suites.add(build_suite(views[table], rules[table], end, engine))
+            dataframe = frame.toPandas() if engine == "pandas" else frame
+            data = batch.get_batch(batch_parameters={"dataframe": dataframe})
             # Pass/fail first (the cheap result format); the details only for a table that failed.
             outcome = data.validate(suite, result_format={"result_format": "BOOLEAN_ONLY"})
             if not outcome.success:
                 details = {"result_format": "BASIC", "partial_unexpected_count": 3}
                 outcome = data.validate(suite, result_format=details)
-            rows = frame.count()
         finally:
             frame.unpersist()
         failures = [_describe(r) for r in outcome.results if not r.success]
-        results[table] = TableResult(table, bool(outcome.success), rows, failures)
+        results[table] = TableResult(table, bool(outcome.success), rows, failures, engine)
         log.info("%s", results[table].report())
     report = {
         "end": end.astimezone(UTC).isoformat(),
         "tables": {
-            t: {"success": r.success, "rows": r.rows, "failures": r.failures} for t, r in results.items()
+            t: {"success": r.success, "rows": r.rows, "engine": r.engine, "failures": r.failures}
+            for t, r in results.items()
         },
         "missing": missing,
     }
