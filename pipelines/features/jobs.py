@@ -190,9 +190,18 @@ def compute_gold(
 
 
 def build_travel_times(spark: SparkSession, settings: Settings, silver: dict[str, DataFrame]) -> int:
-    """Rebuild gold.travel_time for every metro's populated res-7 cells; returns its row count."""
+    """gold.travel_time for every metro's populated res-7 cells; returns its row count.
+
+    The table is a pure function of the cells and the travel model, so it is rewritten only when
+    either changed: the write records a fingerprint of the matrices in its commit
+    (``userMetadata``), and a run whose matrices have the same fingerprint writes nothing. An
+    hourly run that brings no new home or venue cell then skips rewriting ~500k rows.
+    """
+    import hashlib
+
     import h3
     import pandas as pd
+    from delta.tables import DeltaTable
 
     from pipelines.features.travel_time import build_travel_time
 
@@ -203,16 +212,30 @@ def build_travel_times(spark: SparkSession, settings: Settings, silver: dict[str
         cells.setdefault(metro, set()).add(h3.latlng_to_cell(lat, lng, settings.index.travel_resolution))
     for metro, lat, lng in zip(places["metro"], places["lat"], places["lng"], strict=True):
         cells.setdefault(metro, set()).add(h3.latlng_to_cell(lat, lng, settings.index.travel_resolution))
-    frames = [build_travel_time(m, sorted(c)).to_frame() for m, c in sorted(cells.items())]
-    if not frames:
+    matrices = [build_travel_time(m, sorted(c)) for m, c in sorted(cells.items())]
+    if not matrices:
         return 0
-    pdf = pd.concat(frames, ignore_index=True)
+    digest = hashlib.sha256()
+    for m in matrices:
+        digest.update(m.metro.encode())
+        digest.update(m.cells.tobytes())
+        digest.update(m.minutes.tobytes())
+    fingerprint = f"travel_time sha256:{digest.hexdigest()}"
+    rows = sum(m.minutes.size for m in matrices)
+    path = settings.lake.table_path("gold", "travel_time")
+    if DeltaTable.isDeltaTable(spark, path):
+        last = DeltaTable.forPath(spark, path).history(1).select("userMetadata").first()
+        if last is not None and last[0] == fingerprint:
+            log.info("gold.travel_time: cells and model unchanged (%s rows), not rewritten", rows)
+            return rows
+    pdf = pd.concat([m.to_frame() for m in matrices], ignore_index=True)
     (
         spark.createDataFrame(pdf)
         .write.format("delta")
         .mode("overwrite")
         .option("overwriteSchema", "true")
-        .save(settings.lake.table_path("gold", "travel_time"))
+        .option("userMetadata", fingerprint)
+        .save(path)
     )
     return len(pdf)
 

@@ -66,6 +66,8 @@ def test_rerun_writes_nothing_and_silver_has_one_row_per_key(spark, world) -> No
 
 
 def test_gold_tables_are_built_idempotently(spark, world) -> None:  # type: ignore[no-untyped-def]
+    from delta.tables import DeltaTable
+
     settings, summary, _ = world
     # Everything delivered, including attendance that lands up to 17 days after the window.
     end = datetime.fromisoformat(summary.delivered_last.replace("Z", "+00:00")) + timedelta(hours=1)
@@ -89,9 +91,13 @@ def test_gold_tables_are_built_idempotently(spark, world) -> None:  # type: igno
     checked = validate_gold(settings, end, tables=fresh)
     assert sorted(checked["tables"]) == fresh
     assert all(t["success"] for t in checked["tables"].values())
+    travel = DeltaTable.forPath(spark, settings.lake.table_path("gold", "travel_time"))
+    travel_version = travel.history(1).first()["version"]
     second = build_gold(settings, None, end, run_id="gold-2")
     assert all(c == {"inserted": 0, "updated": 0, "deleted": 0} for c in second["tables"].values()), second
-    assert first["travel_time_rows"] > 0
+    # The same cells and model: the travel-time table is not rewritten.
+    assert second["travel_time_rows"] == first["travel_time_rows"] > 0
+    assert travel.history(1).first()["version"] == travel_version
     assert all(m > 0 for m in first["pseudocounts"].values() if m)
 
 
