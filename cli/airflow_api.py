@@ -97,6 +97,17 @@ class AirflowApi:
         events = self.call("GET", "/assets/events?limit=500")["asset_events"]
         return [e for e in events if e.get("source_run_id") == source_run_id]
 
+    def queued_asset_events(self, dag_id: str) -> list[dict[str, Any]]:
+        """Asset events recorded for ``dag_id`` that no run of it has consumed yet."""
+        return list(self.call("GET", f"/dags/{dag_id}/assets/queuedEvents")["queued_events"])
+
+    def latest_asset_event(self, asset_id: int) -> dict[str, Any] | None:
+        events = self.call("GET", f"/assets/events?asset_id={asset_id}&order_by=-timestamp&limit=1")
+        return dict(events["asset_events"][0]) if events["asset_events"] else None
+
+    def create_asset_event(self, asset_id: int, extra: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.call("POST", "/assets/events", {"asset_id": asset_id, "extra": extra}))
+
     def busy(self, dag_ids: tuple[str, ...] = LOOP_DAGS) -> list[tuple[str, str, str]]:
         return [(d, r["dag_run_id"], r["state"]) for d in dag_ids for r in self.runs(d) if r["state"] in BUSY]
 
@@ -145,3 +156,30 @@ def watch_until_idle(
         quiet = quiet + 1 if done and not api.busy(dag_ids) else 0
         time.sleep(poll_s)
     return time.monotonic() - started
+
+
+def release_held_events(
+    api: AirflowApi, say: Callable[[str], None], dag_ids: tuple[str, ...] = LOOP_DAGS
+) -> list[str]:
+    """Start the runs Airflow holds back for asset events it already queued; returns those DAGs.
+
+    Airflow 3.3 (apache/airflow#56050, open) keeps the asset events that reach a
+    ``max_active_runs=1`` DAG while its next run is queued until some *later* event arrives. With
+    nothing queued or running, such a DAG waits with work recorded (e.g. the last hours a platform
+    backfill delivered). That later event is posted here: the newest event of an asset the DAG
+    waits on, announced again with the same ``extra`` (the window it covered). The run it starts
+    consumes the held events with it; another DAG on the same asset sees one more announcement of
+    a window it already processed, which re-runs as a no-op.
+    """
+    released = []
+    for dag_id in dag_ids:
+        queued = api.queued_asset_events(dag_id)
+        if not queued:
+            continue
+        asset_id = int(max(queued, key=lambda q: str(q["created_at"]))["asset_id"])
+        newest = api.latest_asset_event(asset_id)
+        extra = {**((newest or {}).get("extra") or {}), "released_by": "turnout loop (apache/airflow#56050)"}
+        api.create_asset_event(asset_id, extra)
+        say(f"{dag_id}: {len(queued)} asset event(s) held back by Airflow; released")
+        released.append(dag_id)
+    return released

@@ -687,7 +687,7 @@ def loop(
     """
     from datetime import timedelta
 
-    from cli.airflow_api import LOOP_DAGS, AirflowApi, watch_until_idle
+    from cli.airflow_api import LOOP_DAGS, AirflowApi, release_held_events, watch_until_idle
     from cli.platform import loop_report, truth_root, wait_for_catalog
     from simulator.platform import platform_start, played_hours
 
@@ -719,6 +719,12 @@ def loop(
         took += watch_until_idle(
             api, err.print, backfill_id=int(backfill["id"]), timeout_s=max(timeout - took, 1.0)
         )
+        # Until the deliveries Airflow held back have run too (at most a few rounds: each round's
+        # runs can leave events held behind them in the next DAG of the chain).
+        for _ in range(5):
+            if not release_held_events(api, err.print):
+                break
+            took += watch_until_idle(api, err.print, timeout_s=max(timeout - took, 1.0))
         backfills.append(backfill)
         if offset + chunk < hours:  # the next step's users are served as of what this one published
             waited = time.monotonic()
