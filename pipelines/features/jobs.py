@@ -172,9 +172,11 @@ def compute_gold(
         silver["users"], silver["rsvps"], silver["attendance"], events, silver["venues"], days
     )
     org, m_org = T.entity_outcome_stats(
-        silver["attendance"], silver["ratings"], events, "organizer_id", "org"
+        silver["attendance"], silver["ratings"], events, "organizer_id", "org", days
     )
-    ven, m_ven = T.entity_outcome_stats(silver["attendance"], silver["ratings"], events, "venue_id", "venue")
+    ven, m_ven = T.entity_outcome_stats(
+        silver["attendance"], silver["ratings"], events, "venue_id", "venue", days
+    )
     market, m_market = T.market_rates(silver["impressions"], silver["rsvps"], event_feats, days)
     gold = {
         "user_features": user,

@@ -34,14 +34,23 @@ def fit_pseudocount(successes: npt.ArrayLike, trials: npt.ArrayLike) -> float:
     n = np.asarray(trials, dtype=float)
     keep = n > 0
     k, n = k[keep], n[keep]
-    groups, total = len(n), math.fsum(n)
-    if groups < 2 or total <= groups:
+    return pseudocount_from_sums(len(n), math.fsum(n), math.fsum(k), math.fsum(k * k / n))
+
+
+def pseudocount_from_sums(groups: float, trials: float, successes: float, squares: float) -> float:
+    """``fit_pseudocount`` from four sums over the groups with n > 0: how many (G), sum n (N),
+    sum k (K) and sum k^2 / n (Q). The spread sum n (k/n - p)^2 is Q - p K.
+
+    Sums are all the fit needs, so Spark can compute them for many populations at once (one per
+    UTC day, ``transforms.daily_pseudocounts``) and hand over a few numbers per day.
+    """
+    if groups < 2 or trials <= groups:
         return MAX_PSEUDOCOUNT
-    p = math.fsum(k) / total
+    p = successes / trials
     if p <= 0.0 or p >= 1.0:
         return MAX_PSEUDOCOUNT
-    spread = math.fsum(n * (k / n - p) ** 2)
-    rho = (spread / (p * (1 - p)) - groups) / (total - groups)
+    spread = squares - p * successes
+    rho = (spread / (p * (1 - p)) - groups) / (trials - groups)
     if rho <= 0:
         return MAX_PSEUDOCOUNT
     return float(np.clip((1 - rho) / rho, MIN_PSEUDOCOUNT, MAX_PSEUDOCOUNT))

@@ -5,8 +5,12 @@ of the newest input that produced it (an RSVP's ``rsvp_at``, an attendance's ``o
 Values are running aggregates over a per-entity stream ordered by that instant, so one pass
 yields the whole history a point-in-time join needs, and no row can see an input from its future.
 
-Shrinkage priors are "as of the previous UTC day" (``daily_priors``), so they leak nothing either.
-Pseudocounts are fitted once per run by empirical Bayes (``shrinkage.fit_pseudocount``) and logged.
+Shrinkage priors are "as of the previous UTC day" (``daily_priors``), and so are the pseudocounts
+fitted by empirical Bayes (``daily_pseudocounts``): a row's value depends only on what was known
+before its own UTC day began (and on its entity's stream up to the row). So an hourly run that
+recomputes the last days writes the values it wrote before, unless late data changed them; a fit
+over everything known at the run's end would move every recent row each hour, and moving a row
+stamps it with the run's end, hiding it from every label instant before that.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pyspark.sql import functions as F
 
 from contracts.geo import EARTH_RADIUS_KM
 from contracts.landing import CATEGORIES
-from pipelines.features.shrinkage import fit_pseudocount
+from pipelines.features.shrinkage import MAX_PSEUDOCOUNT, pseudocount_from_sums
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +99,63 @@ def calendar(start_day: Column | str, end_day: Column | str, spark_df: DataFrame
     return spark_df.sparkSession.range(1).select(
         F.explode(F.sequence(F.to_date(F.lit(start_day)), F.to_date(F.lit(end_day)))).alias("day")
     )
+
+
+def before_each_day(states: DataFrame, keys: Sequence[str], days: DataFrame) -> DataFrame:
+    """Each key's latest state strictly before each UTC midnight of ``days``, tagged ``day``.
+
+    ``states`` has one row per key and ``event_timestamp`` (a running state). A row is the latest
+    one before midnight d for every d after its instant, up to its key's next row: one exploded
+    row per key and day, the population a day's fit sees, none of it from that day or later.
+    """
+    following = Window.partitionBy(*keys).orderBy("event_timestamp")
+    first = F.date_add(F.to_date("event_timestamp"), 1)
+    last = F.coalesce(F.to_date(F.lead("event_timestamp").over(following)), F.col("_last_day"))
+    return (
+        states.crossJoin(days.agg(F.max("day").alias("_last_day")))
+        .withColumn("_first", first)
+        .withColumn("_last", last)
+        .where(F.col("_first") <= F.col("_last"))
+        .withColumn("day", F.explode(F.sequence("_first", "_last")))
+        .drop("_first", "_last", "_last_day")
+    )
+
+
+# A fit's four per-row contributions: groups (how many groups the row is; 0 for none with n > 0),
+# trials (sum n), successes (sum k) and squares (sum k^2 / n); see shrinkage.pseudocount_from_sums.
+Moments = tuple[Column, Column, Column, Column]
+
+
+def daily_pseudocounts(
+    population: DataFrame, fits: dict[str, Moments], empty_prior: float = 0.0
+) -> tuple[DataFrame, dict[str, float]]:
+    """Per ``day`` of ``population``, each fit's empirical-Bayes pseudocount and pooled rate.
+
+    One aggregation for all ``fits``. Counts are whole numbers and sum exactly as doubles;
+    squares are summed as decimals: no order of rows changes a fit, so a local session and a
+    cluster agree. Returns a (day, <name>, <name>_prior) frame, the prior being the day's pooled
+    k / n (``empty_prior`` before any trial), and each fit's latest day for the run's log. A day
+    missing from the frame had no population: nothing to fit.
+    """
+    sums = [
+        agg
+        for name, (groups, trials, successes, squares) in fits.items()
+        for agg in (
+            F.sum(groups).alias(f"{name}_g"),
+            F.sum(trials).alias(f"{name}_n"),
+            F.sum(successes).alias(f"{name}_k"),
+            F.sum(squares.cast("decimal(38,12)")).cast("double").alias(f"{name}_q"),
+        )
+    ]
+    totals = population.groupBy("day").agg(*sums).toPandas().fillna(0.0).sort_values("day")
+    out = pd.DataFrame({"day": totals["day"]})
+    for name in fits:
+        g, n, k, q = (totals[f"{name}_{x}"] for x in "gnkq")
+        out[name] = [pseudocount_from_sums(*sums) for sums in zip(g, n, k, q, strict=True)]
+        out[f"{name}_prior"] = (k / n.where(n > 0)).fillna(empty_prior).astype(float)
+    latest = {name: float(out[name].iloc[-1]) if len(out) else MAX_PSEUDOCOUNT for name in fits}
+    schema = ", ".join(["day date", *(f"{c} double" for c in out.columns[1:])])
+    return F.broadcast(population.sparkSession.createDataFrame(out, schema=schema)), latest
 
 
 def h3_cell(lat: Column, lng: Column, resolution: int) -> Column:
@@ -228,24 +289,41 @@ def user_features(
         days,
     )
 
-    # Pseudocounts fitted by empirical Bayes on each user's latest state.
-    latest = rows.withColumn(
-        "_r", F.row_number().over(Window.partitionBy("user_id").orderBy(F.col("event_timestamp").desc()))
-    ).filter("_r = 1")
-    stats = latest.select(
-        "attended_count", "_obs", "history_depth", *[f"_n_{c}" for c in CATEGORIES]
-    ).toPandas()
-    m_att = fit_pseudocount(stats["attended_count"], stats["_obs"])
-    cat_k = stats[[f"_n_{c}" for c in CATEGORIES]].to_numpy().ravel()
-    cat_n = stats["history_depth"].to_numpy().repeat(len(CATEGORIES))
-    m_aff = fit_pseudocount(cat_k, cat_n)
-    fitted = {"user_attend_rate_m": m_att, "user_affinity_m": m_aff}
-    log.info("user features pseudocounts %s", fitted)
+    # Pseudocounts fitted by empirical Bayes, per UTC day, on every user's latest state before it.
+    population = before_each_day(rows, ["user_id"], days)
+    has_obs, has_rsvps = F.col("_obs") > 0, F.col("history_depth") > 0
+    # Affinity: every (user, category) pair is a group of history_depth trials.
+    n_cat = float(len(CATEGORIES))
+    fits, latest = daily_pseudocounts(
+        population,
+        {
+            "m_att": (
+                F.when(has_obs, 1.0).otherwise(0.0),
+                F.col("_obs").cast("double"),
+                F.col("attended_count").cast("double"),
+                F.when(has_obs, F.col("attended_count") ** 2 / F.col("_obs")),
+            ),
+            "m_aff": (
+                F.when(has_rsvps, n_cat).otherwise(0.0),
+                n_cat * F.col("history_depth").cast("double"),
+                sum((F.col(f"_n_{c}") for c in CATEGORIES), F.lit(0.0)),
+                F.when(
+                    has_rsvps,
+                    sum((F.col(f"_n_{c}") ** 2 for c in CATEGORIES), F.lit(0.0)) / F.col("history_depth"),
+                ),
+            ),
+        },
+    )
+    fitted = {"user_attend_rate_m": latest["m_att"], "user_affinity_m": latest["m_aff"]}
+    log.info("user features pseudocounts as of the last day %s", fitted)
+    m_att = F.coalesce(F.col("m_att"), F.lit(MAX_PSEUDOCOUNT))
+    m_aff = F.coalesce(F.col("m_aff"), F.lit(MAX_PSEUDOCOUNT))
 
     joined = (
         rows.withColumn("day", F.to_date("event_timestamp"))
         .join(att_prior, ["metro", "day"], "left")
         .join(cat_prior, ["metro", "day"], "left")
+        .join(fits.select("day", "m_att", "m_aff"), "day", "left")
     )
     # The metro prior is itself shrunk toward the design's overall funnel (62% of RSVPs attend),
     # so a metro's first few observations cannot pin every sparse user to 0 or 1.
@@ -429,9 +507,13 @@ def _resolved_rsvps(attendance: DataFrame, ratings: DataFrame, ctx: DataFrame) -
 
 
 def entity_outcome_stats(
-    attendance: DataFrame, ratings: DataFrame, events: DataFrame, key: str, prefix: str
+    attendance: DataFrame, ratings: DataFrame, events: DataFrame, key: str, prefix: str, days: DataFrame
 ) -> tuple[DataFrame, dict[str, float]]:
-    """Organizer or venue stats: follow-through, no-show share, ratings — shrunk by fitted m."""
+    """Organizer or venue stats: follow-through, no-show share, ratings — shrunk by fitted m.
+
+    m and the pooled follow-through it shrinks toward are fitted per UTC day on every entity's
+    outcomes before that day (``daily_pseudocounts``); before any, the design's 62%.
+    """
     ctx = events.select("event_id", "organizer_id", "venue_id", "series_id", "start_at")
     facts = _resolved_rsvps(attendance, ratings, ctx).filter(F.col(key).isNotNull())
     w = _stream_window([key])
@@ -446,17 +528,21 @@ def entity_outcome_stats(
         F.size(F.collect_set(F.when(F.col("_att").isNotNull(), F.col("event_id"))).over(w)).alias("_events"),
     )
     rows = _last_row_per_instant(running, [key]).cache()  # read by the fit and by the table
-    final = (
-        rows.groupBy(key)
-        .agg(F.max_by("_k", "event_timestamp").alias("k"), F.max_by("_n", "event_timestamp").alias("n"))
-        .toPandas()
+    has_n = F.col("_n") > 0
+    moments = (
+        F.when(has_n, 1.0).otherwise(0.0),
+        F.col("_n").cast("double"),
+        F.col("_k"),
+        F.when(has_n, F.col("_k") ** 2 / F.col("_n")),
     )
-    m = fit_pseudocount(final["k"], final["n"])
-    prior = float(final["k"].sum() / max(final["n"].sum(), 1.0))
+    population = before_each_day(rows, [key], days)
+    fits, fitted = daily_pseudocounts(population, {"_m": moments}, empty_prior=OVERALL_FOLLOW_THROUGH)
+    m = F.coalesce(F.col("_m"), F.lit(MAX_PSEUDOCOUNT))
+    prior = F.coalesce(F.col("_m_prior"), F.lit(OVERALL_FOLLOW_THROUGH))
     m_rating = 5.0  # a rating mean needs a handful of answers before it means anything
     prior_rating = 3.5
     rate = (F.col("_k") + m * prior) / (F.col("_n") + m)
-    out = rows.select(
+    out = rows.join(fits, F.to_date(rows["event_timestamp"]) == fits["day"], "left").select(
         key,
         "event_timestamp",
         *([F.col("_events").cast("long").alias(f"{prefix}_event_count")] if prefix == "org" else []),
@@ -465,7 +551,7 @@ def entity_outcome_stats(
         ((F.col("_sr") + m_rating * prior_rating) / (F.col("_nr") + m_rating)).alias(f"{prefix}_rating_mean"),
         F.col("_nr").cast("long").alias(f"{prefix}_rating_count"),
     )
-    return out, {f"{prefix}_attend_rate_m": m, f"{prefix}_attend_prior": prior}
+    return out, {f"{prefix}_attend_rate_m": fitted["_m"]}
 
 
 def series_stats(attendance: DataFrame, ratings: DataFrame, events: DataFrame) -> DataFrame:
@@ -522,23 +608,34 @@ def market_rates(
     """gold.market_rates: RSVP rate per impression, shrunk up the hierarchy, as of each UTC day.
 
     metro x category x hour-of-week -> metro x hour-of-week -> hour-of-week -> global, each level
-    keeping n / (n + m_level) of its own rate; m_level is fitted per level by empirical Bayes.
+    keeping n / (n + m_level) of its own rate; m_level is fitted per level and UTC day by empirical
+    Bayes, on the counts before that day.
     """
     ev = event_feats.select("event_id", "metro", "category", "hour_of_week")
-    label = rsvps.select("user_id", "event_id", F.lit(1.0).alias("_rsvp")).dropDuplicates(
-        ["user_id", "event_id"]
-    )
+    first_rsvp = rsvps.groupBy("user_id", "event_id").agg(F.min("rsvp_at").alias("_rsvp_at"))
     cell_key = ["metro", "category", "hour_of_week"]
+    # An impression counts as shown on the day it was served, and as answered on the day its
+    # answer became known (its user's first RSVP to the event; the serving day if that was
+    # earlier). So a day's rates count only what was known before it, like every other prior
+    # here: an RSVP made today cannot raise the rate of a day that already began.
+    counted = F.explode(
+        F.array(
+            F.struct(F.to_date("served_at").alias("day"), F.lit(0.0).alias("k"), F.lit(1.0).alias("n")),
+            F.struct(
+                F.to_date(F.greatest("served_at", "_rsvp_at")).alias("day"),
+                F.when(F.col("_rsvp_at").isNotNull(), 1.0).otherwise(0.0).alias("k"),
+                F.lit(0.0).alias("n"),
+            ),
+        )
+    ).alias("_c")
     # Every level below is a sum of the finest level's daily counts: the impressions are joined
     # and scanned once (cached, one row per cell and UTC day), not once per level and use.
     cell_days = (
         impressions.join(ev, "event_id")
-        .join(label, ["user_id", "event_id"], "left")
-        .groupBy(*cell_key, F.to_date("served_at").alias("day"))
-        .agg(
-            F.sum(F.coalesce("_rsvp", F.lit(0.0))).alias("k"),
-            F.count(F.lit(1)).cast("double").alias("n"),
-        )
+        .join(first_rsvp, ["user_id", "event_id"], "left")
+        .select(*cell_key, counted)
+        .groupBy(*cell_key, F.col("_c.day").alias("day"))
+        .agg(F.sum("_c.k").alias("k"), F.sum("_c.n").alias("n"))
         .withColumn("event_timestamp", F.to_timestamp("day"))
         .cache()
     )
@@ -552,38 +649,40 @@ def market_rates(
     fitted: dict[str, float] = {}
     frames: dict[str, DataFrame] = {}
     for name, group in levels:
-        groups = (
-            cell_days.groupBy(*group).agg(*[e.alias(k) for k, e in sums.items()]).toPandas()
-            if group
-            else None
-        )
-        fitted[f"market_{name}_m"] = fit_pseudocount(groups["k"], groups["n"]) if groups is not None else 0.0
+        # Per group and day, the counts before that day; a level's m for a day is fitted on them.
         frames[name] = daily_priors(cell_days, group, sums, days)
-    log.info("market rate pseudocounts %s", fitted)
+        if group:
+            has_n = F.col("n") > 0
+            moments = (
+                F.when(has_n, 1.0).otherwise(0.0),
+                F.col("n"),
+                F.col("k"),
+                F.when(has_n, F.col("k") ** 2 / F.col("n")),
+            )
+            fits, report = daily_pseudocounts(frames[name], {"m": moments})
+            frames[name] = frames[name].join(fits.drop("m_prior"), "day", "left")
+            fitted[f"market_{name}_m"] = report["m"]
+    log.info("market rate pseudocounts as of the last day %s", fitted)
 
     g = frames["global"].select("day", F.when(F.col("n") > 0, F.col("k") / F.col("n")).alias("r_global"))
     how = frames["how"].join(g, "day")
-    how = how.select(
-        "day",
-        "hour_of_week",
-        _shrunk("k", "n", "r_global", fitted["market_how_m"]).alias("r_how"),
-    )
+    how = how.select("day", "hour_of_week", _shrunk("k", "n", "r_global").alias("r_how"))
     mh = frames["metro_how"].join(how, ["day", "hour_of_week"])
-    mh = mh.select(
-        "day", "metro", "hour_of_week", _shrunk("k", "n", "r_how", fitted["market_metro_how_m"]).alias("r_mh")
-    )
+    mh = mh.select("day", "metro", "hour_of_week", _shrunk("k", "n", "r_how").alias("r_mh"))
     cell = frames["cell"].join(mh, ["day", "metro", "hour_of_week"])
     out = cell.filter((F.col("n") > 0) & F.col("r_mh").isNotNull()).select(
         F.concat_ws("|", "metro", "category", F.col("hour_of_week").cast("string")).alias("market_key"),
         F.to_timestamp(F.col("day")).alias("event_timestamp"),
-        _shrunk("k", "n", "r_mh", fitted["market_cell_m"]).alias("market_rsvp_rate"),
+        _shrunk("k", "n", "r_mh").alias("market_rsvp_rate"),
         F.col("n").cast("long").alias("market_impressions"),
     )
     return out, fitted
 
 
-def _shrunk(k: str, n: str, prior: str, m: float) -> Column:
-    return (F.col(k) + F.lit(m) * F.col(prior)) / (F.col(n) + F.lit(m))
+def _shrunk(k: str, n: str, prior: str) -> Column:
+    """(k + m prior) / (n + m), with the row's level-and-day pseudocount ``m`` (none fitted: max)."""
+    m = F.coalesce(F.col("m"), F.lit(MAX_PSEUDOCOUNT))
+    return (F.col(k) + m * F.col(prior)) / (F.col(n) + m)
 
 
 # ------------------------------------------------------------------------------------- social

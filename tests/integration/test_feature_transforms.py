@@ -133,3 +133,86 @@ def test_series_signal_decays_with_instances(spark) -> None:  # type: ignore[no-
     # Half-life 8: the 8 recent misses outweigh 16 old hits once weighted.
     assert latest["series_attend_rate"] < undecayed - 0.1
     assert latest["series_instances"] == 24
+
+
+def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type: ignore[no-untyped-def]
+    """Pseudocounts are fitted per UTC day on what was known before it, like the priors: facts from
+    later days (new users, more outcomes for the same organizers, more impressions in the same
+    markets, late RSVPs to events shown early) leave every earlier row of the fitted tables
+    exactly as it was. A fit over everything known at a run's end moved them all, each hour, and
+    each move restamped them; counting a late RSVP on the day its impression was served did too."""
+    import random
+
+    rng = random.Random(5)
+    categories = ["arts", "tech", "music", "food_drink"]
+    events = [(f"e{j}", f"v{j % 2}", categories[j % 4], f"o{j % 3}", ts(12)) for j in range(30)]
+    users, rsvps, attendance, impressions = [], [], [], []
+    for i in range(60):
+        joined = 1 if i < 40 else 8  # the last 20 sign up on day 8
+        users.append((f"u{i}", "nyc", 40.70 + i * 0.001, -74.0, ts(joined), []))
+        for n in range(4):
+            day = joined + rng.randrange(0, 3)
+            event = rng.choice(events)[0]
+            impressions.append((f"u{i}", event, ts(day, rng.randrange(24))))
+            if rng.random() < 0.5:
+                rsvps.append((f"u{i}", event, ts(day, 12, n)))
+                # Half the users always come, half never: real between-user variance to fit.
+                attendance.append((f"u{i}", event, i % 2 == 0, ts(day + 1 + (n % 2), 9, n)))
+            elif i < 10 and n == 0:
+                rsvps.append((f"u{i}", event, ts(9, 8)))  # seen early, answered on day 9
+    user_schema = (
+        "user_id string, metro string, home_lat double, home_lng double, updated_at timestamp, "
+        "onboarding_categories array<string>"
+    )
+    frames = {
+        "users": spark.createDataFrame(users, user_schema).withColumn("signup_at", T.F.col("updated_at")),
+        "rsvps": spark.createDataFrame(rsvps, "user_id string, event_id string, rsvp_at timestamp"),
+        "attendance": spark.createDataFrame(
+            attendance, "user_id string, event_id string, attended boolean, observed_at timestamp"
+        ),
+        "impressions": spark.createDataFrame(
+            impressions, "user_id string, event_id string, served_at timestamp"
+        ),
+    }
+    known_at = {
+        "users": "updated_at",
+        "rsvps": "rsvp_at",
+        "attendance": "observed_at",
+        "impressions": "served_at",
+    }
+    venues = spark.createDataFrame(
+        [("v0", "nyc", 40.71, -74.0), ("v1", "nyc", 40.75, -73.99)],
+        "venue_id string, metro string, lat double, lng double",
+    )
+    event_frame = spark.createDataFrame(
+        [(*e, None) for e in events],
+        "event_id string, venue_id string, category string, organizer_id string, start_at timestamp, "
+        "series_id string",
+    )
+    event_feats = event_frame.select(
+        "event_id", T.F.lit("nyc").alias("metro"), "category", T.F.lit(42).alias("hour_of_week")
+    )
+    ratings = spark.createDataFrame([], "user_id string, event_id string, rating long, rated_at timestamp")
+    days = T.calendar("2026-11-01", "2026-11-30", frames["users"])
+
+    def tables(until: datetime | None) -> dict[str, list[dict]]:  # type: ignore[type-arg]
+        f = {n: df if until is None else df.where(T.F.col(known_at[n]) < until) for n, df in frames.items()}
+        user, _ = T.user_features(f["users"], f["rsvps"], f["attendance"], event_frame, venues, days)
+        org, _ = T.entity_outcome_stats(f["attendance"], ratings, event_frame, "organizer_id", "org", days)
+        market, _ = T.market_rates(f["impressions"], f["rsvps"], event_feats, days)
+        return {
+            name: sorted(
+                (r.asDict() for r in df.where(T.F.col("event_timestamp") < ts(8)).collect()),
+                key=lambda r: sorted((k, str(v)) for k, v in r.items()),
+            )
+            for name, df in (("user_features", user), ("organizer_stats", org), ("market_rates", market))
+        }
+
+    early, everything = tables(ts(8)), tables(None)
+    assert all(early[t] for t in early), {t: len(r) for t, r in early.items()}
+    assert early == everything
+    # ...and the fits are real: follow-through is shrunk by a fitted m, not the no-data maximum.
+    _, fitted = T.user_features(
+        frames["users"], frames["rsvps"], frames["attendance"], event_frame, venues, days
+    )
+    assert fitted["user_attend_rate_m"] < T.MAX_PSEUDOCOUNT
