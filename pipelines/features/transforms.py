@@ -649,9 +649,11 @@ def market_rates(
     fitted: dict[str, float] = {}
     frames: dict[str, DataFrame] = {}
     for name, group in levels:
-        # Per group and day, the counts before that day; a level's m for a day is fitted on them.
+        # Per group and day, the counts before that day; a level's m for a day is fitted on them
+        # (cached: the fit and the rates both read them).
         frames[name] = daily_priors(cell_days, group, sums, days)
         if group:
+            frames[name] = frames[name].cache()
             has_n = F.col("n") > 0
             moments = (
                 F.when(has_n, 1.0).otherwise(0.0),
