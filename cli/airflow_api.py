@@ -97,9 +97,8 @@ class AirflowApi:
         events = self.call("GET", "/assets/events?limit=500")["asset_events"]
         return [e for e in events if e.get("source_run_id") == source_run_id]
 
-    def queued_asset_events(self, dag_id: str) -> list[dict[str, Any]]:
-        """Asset events recorded for ``dag_id`` that no run of it has consumed yet."""
-        return list(self.call("GET", f"/dags/{dag_id}/assets/queuedEvents")["queued_events"])
+    def assets(self) -> list[dict[str, Any]]:
+        return list(self.call("GET", "/assets?limit=500")["assets"])
 
     def latest_asset_event(self, asset_id: int) -> dict[str, Any] | None:
         events = self.call("GET", f"/assets/events?asset_id={asset_id}&order_by=-timestamp&limit=1")
@@ -161,25 +160,36 @@ def watch_until_idle(
 def release_held_events(
     api: AirflowApi, say: Callable[[str], None], dag_ids: tuple[str, ...] = LOOP_DAGS
 ) -> list[str]:
-    """Start the runs Airflow holds back for asset events it already queued; returns those DAGs.
+    """Start the runs Airflow never started for asset events it recorded; returns those DAGs.
 
-    Airflow 3.3 (apache/airflow#56050, open) keeps the asset events that reach a
-    ``max_active_runs=1`` DAG while its next run is queued until some *later* event arrives. With
-    nothing queued or running, such a DAG waits with work recorded (e.g. the last hours a platform
-    backfill delivered). That later event is posted here: the newest event of an asset the DAG
-    waits on, announced again with the same ``extra`` (the window it covered). The run it starts
-    consumes the held events with it; another DAG on the same asset sees one more announcement of
-    a window it already processed, which re-runs as a no-op.
+    Airflow 3.3.2 (apache/airflow#56050, open) ignores the asset events that reach a
+    ``max_active_runs=1`` DAG while its next run is queued, until some *later* event on its assets
+    arrives: measured here, a platform step of four hours left the last two hours' deliveries with
+    no ingest run and nothing in the DAG's queued events. So an event is held when it is the
+    newest on an asset a DAG is scheduled on and started or joined no run of that DAG. The later
+    event is posted here: the held one announced again with the same ``extra`` (the window it
+    covered). The run it starts consumes every event since the DAG's last run, the held ones with
+    it; another DAG on the same asset sees one more announcement of a window it has processed.
     """
-    released = []
-    for dag_id in dag_ids:
-        queued = api.queued_asset_events(dag_id)
-        if not queued:
+    held: dict[str, dict[str, Any]] = {}
+    for asset in api.assets():
+        consumers = [d["dag_id"] for d in asset.get("scheduled_dags", []) if d["dag_id"] in dag_ids]
+        newest = api.latest_asset_event(int(asset["id"])) if consumers else None
+        if newest is None:
             continue
-        asset_id = int(max(queued, key=lambda q: str(q["created_at"]))["asset_id"])
-        newest = api.latest_asset_event(asset_id)
-        extra = {**((newest or {}).get("extra") or {}), "released_by": "turnout loop (apache/airflow#56050)"}
-        api.create_asset_event(asset_id, extra)
-        say(f"{dag_id}: {len(queued)} asset event(s) held back by Airflow; released")
-        released.append(dag_id)
-    return released
+        started = {run["dag_id"] for run in newest.get("created_dagruns", [])}
+        for dag_id in consumers:
+            if dag_id not in started and str(newest["timestamp"]) > str(
+                held.get(dag_id, {}).get("timestamp", "")
+            ):
+                held[dag_id] = newest
+    posted: set[int] = set()
+    for dag_id, event in sorted(held.items()):
+        if event["asset_id"] not in posted:
+            extra = {**(event.get("extra") or {}), "released_by": "turnout loop (apache/airflow#56050)"}
+            api.create_asset_event(int(event["asset_id"]), extra)
+            posted.add(event["asset_id"])
+        say(
+            f"{dag_id}: the asset event of {event['timestamp']} started no run (apache/airflow#56050); released"
+        )
+    return sorted(held)

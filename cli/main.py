@@ -666,8 +666,8 @@ def loop(
             help="Platform hours per backfill; the next waits until the pipeline behind it is idle "
             "and the feed service answers as of what it published. 0: every hour in one backfill, "
             "the pipeline following as it can. Keep it at most 12: the service answers up to 24 h past "
-            "the published instant, and a step's hours can wait for the next step's delivery "
-            "(apache/airflow#56050)."
+            "the published instant. Deliveries Airflow leaves without a run (apache/airflow#56050) "
+            "are released at the end of each step."
         ),
     ] = 6,
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 7200.0,

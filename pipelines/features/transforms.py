@@ -151,7 +151,7 @@ def daily_pseudocounts(
     out = pd.DataFrame({"day": totals["day"]})
     for name in fits:
         g, n, k, q = (totals[f"{name}_{x}"] for x in "gnkq")
-        out[name] = [pseudocount_from_sums(*sums) for sums in zip(g, n, k, q, strict=True)]
+        out[name] = [pseudocount_from_sums(*day) for day in zip(g, n, k, q, strict=True)]
         out[f"{name}_prior"] = (k / n.where(n > 0)).fillna(empty_prior).astype(float)
     latest = {name: float(out[name].iloc[-1]) if len(out) else MAX_PSEUDOCOUNT for name in fits}
     schema = ", ".join(["day date", *(f"{c} double" for c in out.columns[1:])])
