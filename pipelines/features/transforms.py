@@ -126,6 +126,12 @@ def before_each_day(states: DataFrame, keys: Sequence[str], days: DataFrame) -> 
 Moments = tuple[Column, Column, Column, Column]
 
 
+def binomial_moments(k: Column, n: Column) -> Moments:
+    """A row that is one group of ``n`` trials with ``k`` successes (none when n is 0)."""
+    has_n = n > 0
+    return F.when(has_n, 1.0).otherwise(0.0), n.cast("double"), k.cast("double"), F.when(has_n, k**2 / n)
+
+
 def daily_pseudocounts(
     population: DataFrame, fits: dict[str, Moments], empty_prior: float = 0.0
 ) -> tuple[DataFrame, dict[str, float]]:
@@ -291,18 +297,13 @@ def user_features(
 
     # Pseudocounts fitted by empirical Bayes, per UTC day, on every user's latest state before it.
     population = before_each_day(rows, ["user_id"], days)
-    has_obs, has_rsvps = F.col("_obs") > 0, F.col("history_depth") > 0
+    has_rsvps = F.col("history_depth") > 0
     # Affinity: every (user, category) pair is a group of history_depth trials.
     n_cat = float(len(CATEGORIES))
     fits, latest = daily_pseudocounts(
         population,
         {
-            "m_att": (
-                F.when(has_obs, 1.0).otherwise(0.0),
-                F.col("_obs").cast("double"),
-                F.col("attended_count").cast("double"),
-                F.when(has_obs, F.col("attended_count") ** 2 / F.col("_obs")),
-            ),
+            "m_att": binomial_moments(F.col("attended_count"), F.col("_obs")),
             "m_aff": (
                 F.when(has_rsvps, n_cat).otherwise(0.0),
                 n_cat * F.col("history_depth").cast("double"),
@@ -528,14 +529,8 @@ def entity_outcome_stats(
         F.size(F.collect_set(F.when(F.col("_att").isNotNull(), F.col("event_id"))).over(w)).alias("_events"),
     )
     rows = _last_row_per_instant(running, [key]).cache()  # read by the fit and by the table
-    has_n = F.col("_n") > 0
-    moments = (
-        F.when(has_n, 1.0).otherwise(0.0),
-        F.col("_n").cast("double"),
-        F.col("_k"),
-        F.when(has_n, F.col("_k") ** 2 / F.col("_n")),
-    )
     population = before_each_day(rows, [key], days)
+    moments = binomial_moments(F.col("_k"), F.col("_n"))
     fits, fitted = daily_pseudocounts(population, {"_m": moments}, empty_prior=OVERALL_FOLLOW_THROUGH)
     m = F.coalesce(F.col("_m"), F.lit(MAX_PSEUDOCOUNT))
     prior = F.coalesce(F.col("_m_prior"), F.lit(OVERALL_FOLLOW_THROUGH))
@@ -654,14 +649,7 @@ def market_rates(
         frames[name] = daily_priors(cell_days, group, sums, days)
         if group:
             frames[name] = frames[name].cache()
-            has_n = F.col("n") > 0
-            moments = (
-                F.when(has_n, 1.0).otherwise(0.0),
-                F.col("n"),
-                F.col("k"),
-                F.when(has_n, F.col("k") ** 2 / F.col("n")),
-            )
-            fits, report = daily_pseudocounts(frames[name], {"m": moments})
+            fits, report = daily_pseudocounts(frames[name], {"m": binomial_moments(F.col("k"), F.col("n"))})
             frames[name] = frames[name].join(fits.drop("m_prior"), "day", "left")
             fitted[f"market_{name}_m"] = report["m"]
     log.info("market rate pseudocounts as of the last day %s", fitted)
