@@ -597,6 +597,15 @@ def series_stats(attendance: DataFrame, ratings: DataFrame, events: DataFrame) -
 # ------------------------------------------------------------------------------ market rates
 
 
+def known_at(instant: str) -> Column:
+    """When a silver row's fact became known: its own instant, or its delivery hour if later.
+
+    A fact delivered late (an impression logged at 23:50, delivered in the next day's first hour)
+    was not known before its delivery, and an hourly run could not have read it earlier.
+    """
+    return F.greatest(F.col(instant), F.to_timestamp("_delivered", "yyyy-MM-dd'T'HH"))
+
+
 def market_rates(
     impressions: DataFrame, rsvps: DataFrame, event_feats: DataFrame, days: DataFrame
 ) -> tuple[DataFrame, dict[str, float]]:
@@ -607,17 +616,19 @@ def market_rates(
     Bayes, on the counts before that day.
     """
     ev = event_feats.select("event_id", "metro", "category", "hour_of_week")
-    first_rsvp = rsvps.groupBy("user_id", "event_id").agg(F.min("rsvp_at").alias("_rsvp_at"))
+    first_rsvp = rsvps.groupBy("user_id", "event_id").agg(F.min(known_at("rsvp_at")).alias("_rsvp_at"))
     cell_key = ["metro", "category", "hour_of_week"]
-    # An impression counts as shown on the day it was served, and as answered on the day its
-    # answer became known (its user's first RSVP to the event; the serving day if that was
-    # earlier). So a day's rates count only what was known before it, like every other prior
-    # here: an RSVP made today cannot raise the rate of a day that already began.
+    # An impression counts as shown on the day it became known (served, and delivered), and as
+    # answered on the day its answer did (its user's first RSVP to the event, delivered; the
+    # impression's day if that was earlier). So a day's rates count only what was known before
+    # it, like every other prior here: neither an RSVP made today nor an impression served
+    # yesterday but delivered today moves the rate of a day that already began.
+    shown = known_at("served_at")
     counted = F.explode(
         F.array(
-            F.struct(F.to_date("served_at").alias("day"), F.lit(0.0).alias("k"), F.lit(1.0).alias("n")),
+            F.struct(F.to_date(shown).alias("day"), F.lit(0.0).alias("k"), F.lit(1.0).alias("n")),
             F.struct(
-                F.to_date(F.greatest("served_at", "_rsvp_at")).alias("day"),
+                F.to_date(F.greatest(shown, "_rsvp_at")).alias("day"),
                 F.when(F.col("_rsvp_at").isNotNull(), 1.0).otherwise(0.0).alias("k"),
                 F.lit(0.0).alias("n"),
             ),

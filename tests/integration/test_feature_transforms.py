@@ -15,6 +15,11 @@ def ts(day: int, hour: int = 0, minute: int = 0) -> datetime:
     return datetime(2026, 11, day, hour, minute)
 
 
+def hour_key(t: datetime) -> str:
+    """The ``delivered=`` hour a silver row carries."""
+    return f"{t:%Y-%m-%dT%H}"
+
+
 def _as_of(rows: list, key: dict, at: datetime):  # type: ignore[no-untyped-def]
     """What a point-in-time join returns: the newest row with event_timestamp <= at."""
     seen = [r for r in rows if all(r[k] == v for k, v in key.items()) and r["event_timestamp"] <= at]
@@ -138,9 +143,11 @@ def test_series_signal_decays_with_instances(spark) -> None:  # type: ignore[no-
 def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type: ignore[no-untyped-def]
     """Pseudocounts are fitted per UTC day on what was known before it, like the priors: facts from
     later days (new users, more outcomes for the same organizers, more impressions in the same
-    markets, late RSVPs to events shown early) leave every earlier row of the fitted tables
-    exactly as it was. A fit over everything known at a run's end moved them all, each hour, and
-    each move restamped them; counting a late RSVP on the day its impression was served did too."""
+    markets, late RSVPs to events shown early, impressions delivered days after they were served)
+    leave every earlier row of the fitted tables exactly as it was. A fit over everything known at
+    a run's end moved them all, each hour, and each move restamped them; counting a late RSVP on
+    the day its impression was served did too, and so did counting a late delivery on the day it
+    was served."""
     import random
 
     rng = random.Random(5)
@@ -153,25 +160,29 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
         for n in range(4):
             day = joined + rng.randrange(0, 3)
             event = rng.choice(events)[0]
-            impressions.append((f"u{i}", event, ts(day, rng.randrange(24))))
+            served = ts(day, rng.randrange(24))
+            late = i < 10 and n == 1  # logged on the day, delivered on day 9
+            impressions.append((f"u{i}", event, served, hour_key(ts(9, 3) if late else served)))
             if rng.random() < 0.5:
-                rsvps.append((f"u{i}", event, ts(day, 12, n)))
+                rsvps.append((f"u{i}", event, ts(day, 12, n), hour_key(ts(day, 12, n))))
                 # Half the users always come, half never: real between-user variance to fit.
                 attendance.append((f"u{i}", event, i % 2 == 0, ts(day + 1 + (n % 2), 9, n)))
             elif i < 10 and n == 0:
-                rsvps.append((f"u{i}", event, ts(9, 8)))  # seen early, answered on day 9
+                rsvps.append((f"u{i}", event, ts(9, 8), hour_key(ts(9, 8))))  # seen early, answered on day 9
     user_schema = (
         "user_id string, metro string, home_lat double, home_lng double, updated_at timestamp, "
         "onboarding_categories array<string>"
     )
     frames = {
         "users": spark.createDataFrame(users, user_schema).withColumn("signup_at", T.F.col("updated_at")),
-        "rsvps": spark.createDataFrame(rsvps, "user_id string, event_id string, rsvp_at timestamp"),
+        "rsvps": spark.createDataFrame(
+            rsvps, "user_id string, event_id string, rsvp_at timestamp, _delivered string"
+        ),
         "attendance": spark.createDataFrame(
             attendance, "user_id string, event_id string, attended boolean, observed_at timestamp"
         ),
         "impressions": spark.createDataFrame(
-            impressions, "user_id string, event_id string, served_at timestamp"
+            impressions, "user_id string, event_id string, served_at timestamp, _delivered string"
         ),
     }
     known_at = {
@@ -179,6 +190,13 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
         "rsvps": "rsvp_at",
         "attendance": "observed_at",
         "impressions": "served_at",
+    }
+    # Silver rows carry the hour they were delivered in; users and outcomes here arrive on time.
+    frames = {
+        n: df
+        if "_delivered" in df.columns
+        else df.withColumn("_delivered", T.F.date_format(known_at[n], "yyyy-MM-dd'T'HH"))
+        for n, df in frames.items()
     }
     venues = spark.createDataFrame(
         [("v0", "nyc", 40.71, -74.0), ("v1", "nyc", 40.75, -73.99)],
@@ -196,7 +214,9 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
     days = T.calendar("2026-11-01", "2026-11-30", frames["users"])
 
     def tables(until: datetime | None) -> dict[str, list[dict]]:  # type: ignore[type-arg]
-        f = {n: df if until is None else df.where(T.F.col(known_at[n]) < until) for n, df in frames.items()}
+        f = {
+            n: df if until is None else df.where(T.known_at(known_at[n]) < until) for n, df in frames.items()
+        }
         user, _ = T.user_features(f["users"], f["rsvps"], f["attendance"], event_frame, venues, days)
         org, _ = T.entity_outcome_stats(f["attendance"], ratings, event_frame, "organizer_id", "org", days)
         market, _ = T.market_rates(f["impressions"], f["rsvps"], event_feats, days)
