@@ -1,15 +1,21 @@
-"""Where the seconds of one hourly interval go: a platform hour, then ingest and features for it.
+"""Where the seconds of hourly intervals go: platform hours, then ingest and features for each.
 
-    python bench/bench_interval.py --home H [--hour 2026-11-01T00:00Z] [--turnout .venv/bin/turnout]
+    python bench/bench_interval.py --home H [--hour 2026-11-01T00:00Z] [--hours 2] [--baseline DIR]
 
 ``H`` is a built home of a world with live platform days (``turnout simulate --platform-days N``,
 then ingest, features, tower, index, materialize and both heads, as ``make demo`` builds one),
 whose platform has not played ``--hour`` yet (default: its first hour). The home is copied; the
-copy gets the real ``turnout serve --clock published`` on a free port, the hour is played against
-it (``turnout platform``), the service is stopped, and then the hour's ``ingest`` and ``features``
-work runs in one process exactly as the two DAG tasks run it, timed step by step (each DAG task
-is a process of its own, so each also pays the Spark session start measured first). Prints a
-Markdown table; ``--json`` adds the raw numbers.
+copy gets the real ``turnout serve --clock published`` on a free port, ``--hours`` consecutive
+hours are played against it (``turnout platform``), the service is stopped, and then each hour's
+``ingest`` and ``features`` work runs exactly as the two DAG tasks run it, hour after hour, each
+hour in a fresh process, timed step by step (each DAG task is a process of its own, so each also
+pays the Spark session start measured first). The first hour after a home built by the CLI is not
+a steady state (its gold was written by one backfill); the later hours are.
+
+``--baseline DIR`` (a source tree, e.g. ``git worktree add /tmp/base <rev>``) measures a second
+copy of the played home with that code, alternating hour by hour with this tree's, so the two
+share the machine's state; the table then has both columns and their ratio.
+Prints a Markdown table per hour; ``--json`` adds the raw numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -123,6 +130,7 @@ def measure(home: Path, hour: datetime) -> dict[str, Any]:
         "lines": sum(c["read"] for c in ingest["tables"].values()),
         "delivered": ingest["delivered"],
         "materialized_rows": features["materialize"]["rows"],
+        "gold_written": features["gold"]["tables"],
     }
 
 
@@ -133,7 +141,7 @@ def _grouped(steps: list[tuple[str, float]], name: Callable[[str], str]) -> dict
     return out
 
 
-def table(result: dict[str, Any]) -> str:
+def _rows(result: dict[str, Any]) -> list[tuple[str, float]]:
     rows: list[tuple[str, float]] = [
         ("Spark session start (each DAG task pays it)", result["spark_session_s"])
     ]
@@ -158,21 +166,59 @@ def table(result: dict[str, Any]) -> str:
         (f"features: materialize ({result['materialized_rows']} keys)", fs["materialize"]),
     ]
     total = result["spark_session_s"] * 2 + result["ingest_s"] + result["features_s"]
-    lines = ["| step | seconds |", "| --- | ---: |"]
-    lines += [f"| {name} | {s:.1f} |" for name, s in rows]
-    lines.append(f"| **ingest + features, two task processes** | **{total:.1f}** |")
+    return [*rows, ("**ingest + features, two task processes**", total)]
+
+
+def table(runs: dict[str, dict[str, Any]]) -> str:
+    """One column of seconds per measured tree (and their ratio when there are two)."""
+    names = list(runs)
+    columns = {name: dict(_rows(r)) for name, r in runs.items()}
+    steps = list(dict.fromkeys(step for c in columns.values() for step in c))
+    ratio = len(names) == 2
+    head = ["step", *(f"{n}: s" for n in names), *(["ratio"] if ratio else [])]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for step in steps:
+        cells = [f"{columns[n][step]:.1f}" if step in columns[n] else "-" for n in names]
+        if ratio:
+            a, b = (columns[n].get(step) for n in names)
+            cells.append(f"{a / b:.2f}" if a is not None and b else "-")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def measure_in_process(home: Path, hour: datetime, code: Path) -> dict[str, Any]:
+    """``measure`` in a fresh Python process that imports turnout from ``code``, as a DAG task would."""
+    env = {**os.environ, "TURNOUT_HOME": str(home), "PYTHONPATH": str(code)}
+    env.pop("TURNOUT_PROFILE", None)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_interval.py"), "--measure", str(home), hour.isoformat()],
+        env=env, capture_output=True, text=True, cwd=code,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"measuring {hour} with {code} failed:\n{out.stderr[-4000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--home", type=Path, required=True)
-    parser.add_argument("--hour", help="The hour to play and measure, UTC; default: the platform's first.")
+    parser.add_argument("--home", type=Path)
+    parser.add_argument(
+        "--hour", help="The first hour to play and measure, UTC; default: the platform's first."
+    )
+    parser.add_argument("--hours", type=int, default=2, help="Consecutive hours to play and measure.")
+    parser.add_argument("--baseline", type=Path, help="A source tree to measure alternately on a copy.")
     parser.add_argument("--turnout", default=str(REPO / ".venv" / "bin" / "turnout"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--measure", nargs=2, metavar=("HOME", "HOUR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure:  # the child process of measure_in_process
+        home, hour = Path(args.measure[0]), datetime.fromisoformat(args.measure[1])
+        print(json.dumps(measure(home, hour), default=str))
+        return
+    if args.home is None:
+        parser.error("--home is required")
     from simulator.platform import platform_start
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,15 +229,36 @@ def main() -> None:
         first = platform_start(home / "simulator")
         if first is None:
             raise SystemExit(f"{args.home} has no live platform days (turnout simulate --platform-days N)")
-        hour = datetime.fromisoformat(args.hour.replace("Z", "+00:00")) if args.hour else first
-        played = play_hour(home, hour.astimezone(UTC), args.turnout)
-        result = {"hour": hour.isoformat(), "played": played["totals"], **measure(home, hour.astimezone(UTC))}
-    print(
-        f"one interval, {hour.isoformat()}: {result['lines']} landing lines, delivered {result['delivered']}"
-    )
-    print(table(result))
+        start = datetime.fromisoformat(args.hour.replace("Z", "+00:00")) if args.hour else first
+        hours = [start.astimezone(UTC) + timedelta(hours=i) for i in range(args.hours)]
+        played = [play_hour(home, h, args.turnout)["totals"] for h in hours]
+        codes = {"this tree": REPO}
+        homes = {"this tree": home}
+        if args.baseline:
+            codes["baseline"] = args.baseline.resolve()
+            homes["baseline"] = Path(tmp) / "baseline"
+            shutil.copytree(home, homes["baseline"], symlinks=True)
+            subprocess.run([args.turnout, "relocate"], env={**os.environ, "TURNOUT_HOME": str(homes["baseline"])},
+                           check=True, capture_output=True)  # fmt: skip
+        results = []
+        for i, hour in enumerate(hours):
+            # Alternate which tree goes first, so neither always runs on the warmer machine.
+            order = list(codes) if i % 2 == 0 else list(reversed(codes))
+            measured = {name: measure_in_process(homes[name], hour, codes[name]) for name in order}
+            runs = {name: measured[name] for name in codes}  # this tree's column first
+            results.append({"hour": hour.isoformat(), "played": played[i], "runs": runs})
+            ours = runs["this tree"]
+            print(
+                f"\none interval, {hour.isoformat()}: {ours['lines']} landing lines, delivered {ours['delivered']}"
+            )
+            print(table(runs))
+            updated = {
+                n: {t: c["updated"] for t, c in r["gold_written"].items() if c["updated"]}
+                for n, r in runs.items()
+            }
+            print(f"gold rows updated in place (restamped): {updated}", flush=True)
     if args.json:
-        print(json.dumps(result, default=str))
+        print(json.dumps(results, default=str))
 
 
 if __name__ == "__main__":
