@@ -59,7 +59,6 @@ def trained_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
 TRAINED_WORLD_GROUP = "trained_world"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (it suffixes node ids with their group)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test module runs whole on one xdist worker, and every module that uses the trained
     world runs on the same one, first.
