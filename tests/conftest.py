@@ -6,8 +6,6 @@ the end decides which tests share a worker.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,15 +16,6 @@ from conf import Settings, load_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-# A pytest-xdist worker runs as `python -c ...`, so its __main__ has neither __spec__ nor __file__.
-# pyspark.sql.connect (which great-expectations imports) takes that for pyspark's own doctest
-# runner and calls sys.exit(0) when Spark Connect's optional packages are missing: every test that
-# validated with great-expectations errored at once. A main module with a (harmless) file is not
-# mistaken for it, and the import fails with the ImportError great-expectations expects.
-_main = sys.modules["__main__"]
-if os.environ.get("PYTEST_XDIST_WORKER") and _main.__spec__ is None and not hasattr(_main, "__file__"):
-    _main.__file__ = os.devnull
 
 
 def make_settings(home: Path, **overrides: str) -> Settings:
