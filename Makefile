@@ -68,11 +68,8 @@ typecheck: setup ## mypy.
 unit: setup ## Unit tests only (no engines).
 	$(BIN)/pytest -m "not integration"
 
-# Two pytest-xdist workers: the trained-world modules (the scheduler test among them) on one, the
-# rest on the other (tests/conftest.py); TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 2
-test: setup lint typecheck ## ruff, mypy and the whole pytest suite on two workers (what CI runs).
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+test: setup lint typecheck ## ruff, mypy and the whole pytest suite (what CI runs).
+	$(BIN)/pytest
 
 test-cluster: setup ## The cluster profile on real servers against the local profile (~16 min; not in CI).
 	TURNOUT_CLUSTER_TEST=1 $(BIN)/pytest tests/system/test_cluster.py
