@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 
 from pipelines.features import transforms as T
+from pipelines.silver import delivered_key
 
 pytestmark = pytest.mark.integration
 
@@ -16,8 +17,8 @@ def ts(day: int, hour: int = 0, minute: int = 0) -> datetime:
 
 
 def hour_key(t: datetime) -> str:
-    """The ``delivered=`` hour a silver row carries."""
-    return f"{t:%Y-%m-%dT%H}"
+    """The ``delivered=`` hour a silver row carries (these tests' instants are naive UTC)."""
+    return delivered_key(t.replace(tzinfo=UTC))
 
 
 def _as_of(rows: list, key: dict, at: datetime):  # type: ignore[no-untyped-def]
