@@ -72,3 +72,17 @@ def as_delivered_by(spark: SparkSession, settings: Settings, name: str, end: dat
     bronze = spark.read.format("delta").load(settings.lake.table_path("bronze", name)).filter(delivered)
     earlier = silver_rows(bronze.join(later.select(*keys).distinct(), keys, "left_semi"), entity)
     return silver.filter(delivered).unionByName(earlier)
+
+
+def versions_delivered_by(
+    spark: SparkSession, settings: Settings, name: str, end: datetime | None
+) -> DataFrame:
+    """Every version of every key in ``bronze.<name>`` delivered before ``end`` (all without ``end``).
+
+    Silver keeps only the newest version; a job that needs each key's state as it stood at an
+    earlier instant (a user's profile before they moved) reads the versions here.
+    """
+    from pyspark.sql import functions as F
+
+    bronze = spark.read.format("delta").load(settings.lake.table_path("bronze", name))
+    return bronze if end is None else bronze.filter(F.col("_delivered") < F.lit(delivered_key(end)))

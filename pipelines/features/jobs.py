@@ -62,20 +62,27 @@ ZONE_COUNTRY = {
 def read_silver(spark: SparkSession, settings: Settings, end: datetime | None) -> dict[str, DataFrame]:
     """Every silver input as a run ending at ``end`` sees it: delivered before ``end`` and known by then.
 
+    Also ``user_versions``: every version of every user so delivered and known (bronze's rows), for
+    features that need a profile as it stood (``user_features``).
+
     Delivery decides what the run could have read (``pipelines.silver.as_delivered_by``), so a
     re-run or backfill of a past interval reads what its live run read; ``KNOWN_AT`` hides rows
     whose instant is after ``end``. Without ``end``, everything in silver.
     """
     from pyspark.sql import functions as F
 
-    from pipelines.silver import as_delivered_by
+    from pipelines.silver import as_delivered_by, versions_delivered_by
 
+    versions = versions_delivered_by(spark, settings, "users", end)
     if end is None:
-        return {n: spark.read.format("delta").load(settings.lake.table_path("silver", n)) for n in KNOWN_AT}
-    before = F.lit(end.astimezone(UTC).replace(tzinfo=None))
-    return {
-        n: as_delivered_by(spark, settings, n, end).filter(F.col(k) < before) for n, k in KNOWN_AT.items()
-    }
+        silver = {n: spark.read.format("delta").load(settings.lake.table_path("silver", n)) for n in KNOWN_AT}
+    else:
+        before = F.lit(end.astimezone(UTC).replace(tzinfo=None))
+        silver = {
+            n: as_delivered_by(spark, settings, n, end).filter(F.col(k) < before) for n, k in KNOWN_AT.items()
+        }
+        versions = versions.filter(F.col(KNOWN_AT["users"]) < before)
+    return {**silver, "user_versions": versions}
 
 
 def venues_with_cells(venues: DataFrame, settings: Settings) -> DataFrame:
@@ -169,7 +176,7 @@ def compute_gold(
     events = silver["events"]
     event_feats = T.event_features(events, venues, holiday_table(spark, venues, years)).cache()
     user, m_user = T.user_features(
-        silver["users"], silver["rsvps"], silver["attendance"], events, silver["venues"], days
+        silver["user_versions"], silver["rsvps"], silver["attendance"], events, silver["venues"], days
     )
     org, m_org = T.entity_outcome_stats(
         silver["attendance"], silver["ratings"], events, "organizer_id", "org", days
@@ -245,17 +252,22 @@ def build_travel_times(spark: SparkSession, settings: Settings, silver: dict[str
 def created_stamp(start: datetime | None, end: datetime | None) -> Column:
     """When a row counts as written: never the wall clock, so re-runs write identical rows.
 
-    An interval run writes at its end. A backfill (no start) reconstructs what the hourly runs
-    would have written, so each row is stamped at the end of the hour its value became known;
-    a point-in-time join that hides rows created after the label instant then sees the history
-    as it would have been served, instead of nothing.
+    At the end of the hour its value became known, as hourly runs would have written it, but
+    within the run's window: no earlier than the end of the window's first hour (an hourly run
+    over [start, start + 1h) writes its late-arrival rows then) and no later than its end. So
+    an hourly run stamps every row at its end, and a run over a longer window (a backfill, an
+    ingest of a whole history) stamps what the hourly runs over the same hours would have; a
+    point-in-time join that hides rows created after the label instant then sees the history as
+    it would have been served, instead of nothing.
     """
     from pyspark.sql import functions as F
 
-    if start is not None and end is not None:
-        return F.lit(end.astimezone(UTC).replace(tzinfo=None)).cast("timestamp")
-    hour_end = F.date_trunc("hour", F.col("event_timestamp")) + F.expr("INTERVAL 1 HOUR")
-    return hour_end if end is None else F.least(hour_end, F.lit(end.astimezone(UTC).replace(tzinfo=None)))
+    stamp = F.date_trunc("hour", F.col("event_timestamp")) + F.expr("INTERVAL 1 HOUR")
+    if start is not None:
+        stamp = F.greatest(stamp, F.lit((start + timedelta(hours=1)).astimezone(UTC).replace(tzinfo=None)))
+    if end is not None:
+        stamp = F.least(stamp, F.lit(end.astimezone(UTC).replace(tzinfo=None)))
+    return stamp.cast("timestamp")
 
 
 def build_gold(

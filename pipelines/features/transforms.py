@@ -75,6 +75,15 @@ def _last_row_per_instant(df: DataFrame, keys: Sequence[str]) -> DataFrame:
     return df.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn", "_order")
 
 
+def known_at(instant: str) -> Column:
+    """When a silver row's fact became known: its own instant, or its delivery hour if later.
+
+    A fact delivered late (an impression logged at 23:50, delivered in the next day's first hour)
+    was not known before its delivery, and an hourly run could not have read it earlier.
+    """
+    return F.greatest(F.col(instant), F.to_timestamp("_delivered", "yyyy-MM-dd'T'HH"))
+
+
 def daily_priors(
     facts: DataFrame, group: Sequence[str], sums: dict[str, Column], days: DataFrame
 ) -> DataFrame:
@@ -192,18 +201,26 @@ def event_context(events: DataFrame, venues: DataFrame) -> DataFrame:
 
 
 def user_features(
-    users: DataFrame,
+    profiles: DataFrame,
     rsvps: DataFrame,
     attendance: DataFrame,
     events: DataFrame,
     venues: DataFrame,
     days: DataFrame,
 ) -> tuple[DataFrame, dict[str, float]]:
-    """gold.user_features rows and the fitted pseudocounts."""
+    """gold.user_features rows and the fitted pseudocounts.
+
+    ``profiles`` holds every version of every user (one row per user and ``updated_at``, as bronze
+    keeps them): each RSVP and attendance sees the profile as it stood then. With only the newest
+    version, a profile update delivered today erased the user's rows since the previous version
+    (no metro yet) and moved every day's fit after it. Every fact counts from when it became known
+    (``known_at``): an attendance delivered hours late changes the user's state from its delivery
+    on, not in the past (where it moved every row of the days after it, through their fits).
+    """
     ctx = event_context(events, venues).select("event_id", "category", "venue_lat", "venue_lng")
-    profile = users.select(
+    profile = profiles.select(
         "user_id",
-        F.col("updated_at").alias("event_timestamp"),
+        known_at("updated_at").alias("event_timestamp"),
         F.lit(0).alias("_order"),
         "metro",
         "home_lat",
@@ -211,11 +228,11 @@ def user_features(
         F.coalesce(F.col("onboarding_categories"), F.array().cast("array<string>")).alias("onboarding"),
     )
     rsvp_rows = rsvps.join(ctx, "event_id").select(
-        "user_id", F.col("rsvp_at").alias("event_timestamp"), F.lit(1).alias("_order"), "category"
+        "user_id", known_at("rsvp_at").alias("event_timestamp"), F.lit(1).alias("_order"), "category"
     )
     att_rows = attendance.join(ctx, "event_id").select(
         "user_id",
-        F.col("observed_at").alias("event_timestamp"),
+        known_at("observed_at").alias("event_timestamp"),
         F.lit(2).alias("_order"),
         F.col("attended").cast("int").alias("attended"),
         "venue_lat",
@@ -225,6 +242,7 @@ def user_features(
         att_rows, allowMissingColumns=True
     )
     w = _stream_window(["user_id"])
+    # Cached: the user rows and both metro priors below read it.
     filled = stream.select(
         "user_id",
         "event_timestamp",
@@ -237,7 +255,7 @@ def user_features(
         "attended",
         "venue_lat",
         "venue_lng",
-    )
+    ).cache()
     dist = haversine_km(F.col("home_lat"), F.col("home_lng"), F.col("venue_lat"), F.col("venue_lng"))
     running = filled.withColumn("_att_dist", F.when(F.col("attended") == 1, dist)).select(
         "user_id",
@@ -257,21 +275,14 @@ def user_features(
     # Cached: the pseudocount fit below and the table itself both read every row.
     rows = _last_row_per_instant(running, ["user_id"]).filter(F.col("metro").isNotNull()).cache()
 
-    # Leak-free priors per metro: follow-through, category shares, typical attended distance.
-    att_facts = (
-        attendance.join(ctx, "event_id")
-        .join(users.select("user_id", "metro", "home_lat", "home_lng"), "user_id")
-        .select(
-            "metro",
-            F.col("observed_at").alias("event_timestamp"),
-            F.col("attended").cast("double").alias("a"),
-            F.when(
-                F.col("attended"),
-                F.log1p(
-                    haversine_km(F.col("home_lat"), F.col("home_lng"), F.col("venue_lat"), F.col("venue_lng"))
-                ),
-            ).alias("logd"),
-        )
+    # Leak-free priors per metro (the user's metro and home when the fact happened): follow-through,
+    # category shares, typical attended distance.
+    facts = filled.filter(F.col("metro").isNotNull())
+    att_facts = facts.filter("_order = 2").select(
+        "metro",
+        "event_timestamp",
+        F.col("attended").cast("double").alias("a"),
+        F.when(F.col("attended") == 1, F.log1p(dist)).alias("logd"),
     )
     att_prior = daily_priors(
         att_facts,
@@ -284,9 +295,8 @@ def user_features(
         },
         days,
     )
-    rsvp_facts = rsvps.join(ctx, "event_id").join(users.select("user_id", "metro"), "user_id")
     cat_prior = daily_priors(
-        rsvp_facts.withColumnRenamed("rsvp_at", "event_timestamp"),
+        facts.filter("_order = 1"),
         ["metro"],
         {
             "p_total": F.count("*").cast("double"),
@@ -483,14 +493,15 @@ def event_dynamics(events: DataFrame, rsvps: DataFrame, snapshots: DataFrame) ->
 
 
 def _resolved_rsvps(attendance: DataFrame, ratings: DataFrame, ctx: DataFrame) -> DataFrame:
-    """One stream of outcome facts per event: attendance observations and ratings."""
+    """One stream of outcome facts per event: attendance observations and ratings, each at the
+    instant it became known (``known_at``: a check-in delivered hours late counts from then)."""
     att = attendance.join(ctx, "event_id").select(
         "event_id",
         "organizer_id",
         "venue_id",
         "series_id",
         "start_at",
-        F.col("observed_at").alias("event_timestamp"),
+        known_at("observed_at").alias("event_timestamp"),
         F.lit(0).alias("_order"),
         F.col("attended").cast("double").alias("_att"),
     )
@@ -500,7 +511,7 @@ def _resolved_rsvps(attendance: DataFrame, ratings: DataFrame, ctx: DataFrame) -
         "venue_id",
         "series_id",
         "start_at",
-        F.col("rated_at").alias("event_timestamp"),
+        known_at("rated_at").alias("event_timestamp"),
         F.lit(1).alias("_order"),
         F.col("rating").cast("double").alias("_rating"),
     )
@@ -595,15 +606,6 @@ def series_stats(attendance: DataFrame, ratings: DataFrame, events: DataFrame) -
 
 
 # ------------------------------------------------------------------------------ market rates
-
-
-def known_at(instant: str) -> Column:
-    """When a silver row's fact became known: its own instant, or its delivery hour if later.
-
-    A fact delivered late (an impression logged at 23:50, delivered in the next day's first hour)
-    was not known before its delivery, and an hourly run could not have read it earlier.
-    """
-    return F.greatest(F.col(instant), F.to_timestamp("_delivered", "yyyy-MM-dd'T'HH"))
 
 
 def market_rates(

@@ -21,6 +21,11 @@ def hour_key(t: datetime) -> str:
     return delivered_key(t.replace(tzinfo=UTC))
 
 
+def on_time(df, instant: str):  # type: ignore[no-untyped-def]
+    """Silver rows delivered in the hour of their own instant (``_delivered``, as silver keeps it)."""
+    return df.withColumn("_delivered", T.F.date_format(instant, "yyyy-MM-dd'T'HH"))
+
+
 def _as_of(rows: list, key: dict, at: datetime):  # type: ignore[no-untyped-def]
     """What a point-in-time join returns: the newest row with event_timestamp <= at."""
     seen = [r for r in rows if all(r[k] == v for k, v in key.items()) and r["event_timestamp"] <= at]
@@ -79,11 +84,13 @@ def test_user_features_see_only_their_past(spark) -> None:  # type: ignore[no-un
         "user_id string, metro string, home_lat double, home_lng double, updated_at timestamp, "
         "onboarding_categories array<string>",
     ).withColumn("signup_at", T.F.col("updated_at"))
+    users = on_time(users, "updated_at")
     others = spark.createDataFrame(
         [(f"x{i}", "nyc", 40.7, -74.0, ts(1), []) for i in range(5)],
         "user_id string, metro string, home_lat double, home_lng double, updated_at timestamp, "
         "onboarding_categories array<string>",
     ).withColumn("signup_at", T.F.col("updated_at"))
+    others = on_time(others, "updated_at")
     venues = spark.createDataFrame(
         [("v_near", "nyc", 40.71, -74.00), ("v_far", "nyc", 40.95, -74.00)],
         "venue_id string, metro string, lat double, lng double",
@@ -92,13 +99,19 @@ def test_user_features_see_only_their_past(spark) -> None:  # type: ignore[no-un
         [("e1", "v_near", "arts"), ("e2", "v_far", "arts"), ("e3", "v_near", "tech")],
         "event_id string, venue_id string, category string",
     )
-    rsvps = spark.createDataFrame(
-        [("u", "e1", ts(2)), ("u", "e2", ts(3)), ("u", "e3", ts(4)), ("x1", "e3", ts(2))],
-        "user_id string, event_id string, rsvp_at timestamp",
+    rsvps = on_time(
+        spark.createDataFrame(
+            [("u", "e1", ts(2)), ("u", "e2", ts(3)), ("u", "e3", ts(4)), ("x1", "e3", ts(2))],
+            "user_id string, event_id string, rsvp_at timestamp",
+        ),
+        "rsvp_at",
     )
-    attendance = spark.createDataFrame(
-        [("u", "e1", True, ts(10)), ("u", "e2", False, ts(11))],
-        "user_id string, event_id string, attended boolean, observed_at timestamp",
+    attendance = on_time(
+        spark.createDataFrame(
+            [("u", "e1", True, ts(10)), ("u", "e2", False, ts(11))],
+            "user_id string, event_id string, attended boolean, observed_at timestamp",
+        ),
+        "observed_at",
     )
     days = T.calendar("2026-11-01", "2026-11-30", users)
     rows, fitted = T.user_features(users.unionByName(others), rsvps, attendance, events, venues, days)
@@ -128,11 +141,16 @@ def test_series_signal_decays_with_instances(spark) -> None:  # type: ignore[no-
         [(f"e{k:02d}", "o", "v", "s", datetime(2026, 1, 1 + k)) for k in range(24)],
         "event_id string, organizer_id string, venue_id string, series_id string, start_at timestamp",
     )
-    attendance = spark.createDataFrame(
-        [("u", f"e{k:02d}", k < 16, datetime(2026, 2, 1 + k)) for k in range(24)],
-        "user_id string, event_id string, attended boolean, observed_at timestamp",
+    attendance = on_time(
+        spark.createDataFrame(
+            [("u", f"e{k:02d}", k < 16, datetime(2026, 2, 1 + k)) for k in range(24)],
+            "user_id string, event_id string, attended boolean, observed_at timestamp",
+        ),
+        "observed_at",
     )
-    ratings = spark.createDataFrame([], "user_id string, event_id string, rating long, rated_at timestamp")
+    ratings = spark.createDataFrame(
+        [], "user_id string, event_id string, rating long, rated_at timestamp, _delivered string"
+    )
     rows = T.series_stats(attendance, ratings, events).collect()
     latest = max(rows, key=lambda r: r["event_timestamp"])
     undecayed = 16 / 24
@@ -144,11 +162,13 @@ def test_series_signal_decays_with_instances(spark) -> None:  # type: ignore[no-
 def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type: ignore[no-untyped-def]
     """Pseudocounts are fitted per UTC day on what was known before it, like the priors: facts from
     later days (new users, more outcomes for the same organizers, more impressions in the same
-    markets, late RSVPs to events shown early, impressions delivered days after they were served)
-    leave every earlier row of the fitted tables exactly as it was. A fit over everything known at
-    a run's end moved them all, each hour, and each move restamped them; counting a late RSVP on
-    the day its impression was served did too, and so did counting a late delivery on the day it
-    was served."""
+    markets, late RSVPs to events shown early, impressions and check-ins delivered days after
+    they happened, users who edit their profile or move) leave every earlier row of the fitted
+    tables exactly as it was. A fit over everything known at a run's end moved them all, each hour, and each move
+    restamped them; counting a late RSVP on the day its impression was served did too, and so did
+    counting a late delivery on the day it was served, and so did a profile edit (the priors joined
+    each user's outcomes to every version of the profile, or only to the newest), and so did
+    counting a late check-in at its own instant rather than when it was delivered."""
     import random
 
     rng = random.Random(5)
@@ -158,6 +178,9 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
     for i in range(60):
         joined = 1 if i < 40 else 8  # the last 20 sign up on day 8
         users.append((f"u{i}", "nyc", 40.70 + i * 0.001, -74.0, ts(joined), []))
+        if i < 10:  # a second version on day 9: onboarding picked, the first five move to Chicago
+            metro, lat, lng = ("chi", 41.88, -87.63) if i < 5 else ("nyc", 40.80, -73.95)
+            users.append((f"u{i}", metro, lat, lng, ts(9, 5), ["music"]))
         for n in range(4):
             day = joined + rng.randrange(0, 3)
             event = rng.choice(events)[0]
@@ -167,7 +190,17 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
             if rng.random() < 0.5:
                 rsvps.append((f"u{i}", event, ts(day, 12, n), hour_key(ts(day, 12, n))))
                 # Half the users always come, half never: real between-user variance to fit.
-                attendance.append((f"u{i}", event, i % 2 == 0, ts(day + 1 + (n % 2), 9, n)))
+                observed = ts(day + 1 + (n % 2), 9, n)
+                checked_in_late = i < 10 and n == 2  # observed early, delivered on day 9
+                attendance.append(
+                    (
+                        f"u{i}",
+                        event,
+                        i % 2 == 0,
+                        observed,
+                        hour_key(ts(9, 4) if checked_in_late else observed),
+                    )
+                )
             elif i < 10 and n == 0:
                 rsvps.append((f"u{i}", event, ts(9, 8), hour_key(ts(9, 8))))  # seen early, answered on day 9
     user_schema = (
@@ -180,7 +213,8 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
             rsvps, "user_id string, event_id string, rsvp_at timestamp, _delivered string"
         ),
         "attendance": spark.createDataFrame(
-            attendance, "user_id string, event_id string, attended boolean, observed_at timestamp"
+            attendance,
+            "user_id string, event_id string, attended boolean, observed_at timestamp, _delivered string",
         ),
         "impressions": spark.createDataFrame(
             impressions, "user_id string, event_id string, served_at timestamp, _delivered string"
@@ -192,7 +226,8 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
         "attendance": "observed_at",
         "impressions": "served_at",
     }
-    # Silver rows carry the hour they were delivered in; users and outcomes here arrive on time.
+    # Silver rows carry the hour they were delivered in; users here arrive on time.
+    # "users" holds every version (what gold reads from bronze for user_features).
     frames = {
         n: df
         if "_delivered" in df.columns
@@ -211,7 +246,9 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
     event_feats = event_frame.select(
         "event_id", T.F.lit("nyc").alias("metro"), "category", T.F.lit(42).alias("hour_of_week")
     )
-    ratings = spark.createDataFrame([], "user_id string, event_id string, rating long, rated_at timestamp")
+    ratings = spark.createDataFrame(
+        [], "user_id string, event_id string, rating long, rated_at timestamp, _delivered string"
+    )
     days = T.calendar("2026-11-01", "2026-11-30", frames["users"])
 
     def tables(until: datetime | None) -> dict[str, list[dict]]:  # type: ignore[type-arg]
@@ -237,3 +274,25 @@ def test_earlier_rows_do_not_move_when_later_days_arrive(spark) -> None:  # type
         frames["users"], frames["rsvps"], frames["attendance"], event_frame, venues, days
     )
     assert fitted["user_attend_rate_m"] < T.MAX_PSEUDOCOUNT
+
+
+def test_created_stamps_are_what_hourly_runs_would_have_written(spark) -> None:  # type: ignore[no-untyped-def]
+    """An hourly run stamps every row at its end (its late-arrival rows too); a run over a longer
+    window stamps each row at the end of its hour, within [the end of the window's first hour, the
+    window's end]; a run with no start (a backfill from the beginning) only caps at its end."""
+    from pipelines.features.jobs import created_stamp
+
+    rows = spark.createDataFrame(
+        [(ts(5, 3, 10),), (ts(8, 13, 5),), (ts(8, 15, 59),)], "event_timestamp timestamp"
+    )
+
+    def stamps(start: datetime | None, end: datetime | None) -> list[datetime]:
+        def aware(t: datetime | None) -> datetime | None:
+            return None if t is None else t.replace(tzinfo=UTC)
+
+        return [r[0] for r in rows.select(created_stamp(aware(start), aware(end))).orderBy(1).collect()]
+
+    assert stamps(ts(8, 15), ts(8, 16)) == [ts(8, 16)] * 3
+    assert stamps(ts(8, 12), ts(8, 16)) == [ts(8, 13), ts(8, 14), ts(8, 16)]
+    assert stamps(None, ts(8, 15)) == [ts(5, 4), ts(8, 14), ts(8, 15)]
+    assert stamps(None, None) == [ts(5, 4), ts(8, 14), ts(8, 16)]
