@@ -12,6 +12,9 @@ DEMO_NOW ?= 2026-11-09T00:00Z
 DEMO_TOWER_AT ?= 2026-10-19T00:00Z
 # `make demo` ends by starting the feed service here and asking it for a feed.
 DEMO_PORT ?= 8765
+# Where `make up` / `make demo` serve the Airflow and MLflow UIs.
+AIRFLOW_PORT ?= 8080
+MLFLOW_PORT ?= 5000
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
@@ -43,20 +46,15 @@ jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, 
 lock: ## Re-resolve requirements.lock from pyproject.toml.
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
 
-demo: setup ## Simulate, ingest, gold features, tower + index, materialize, train both heads, evaluate, serve a feed.
+demo: setup ## Simulate a history, build it through the deployment (make up: ingest -> features -> index, tower, both heads), evaluate, ask the feed service; leaves the UIs up.
 	$(BIN)/turnout simulate --users 3000 --days 28 --seed 7 --overwrite
-	$(BIN)/turnout ingest
-	$(BIN)/turnout features --end $(DEMO_NOW)
-	$(BIN)/turnout tower --now $(DEMO_TOWER_AT)
-	$(BIN)/turnout index --now $(DEMO_NOW)
-	$(BIN)/turnout materialize --end $(DEMO_NOW)
-	$(BIN)/turnout train --head rsvp --now $(DEMO_NOW)
-	$(BIN)/turnout train --head attend --now $(DEMO_NOW)
+	UP_SERVICES="airflow mlflow" AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) ops/up.sh
+	$(BIN)/turnout demo --now $(DEMO_NOW) --tower-at $(DEMO_TOWER_AT) --airflow-url http://127.0.0.1:$(AIRFLOW_PORT)
 	$(BIN)/turnout evaluate
-	@# The service as it runs in production (background refresh on), asked over HTTP, then stopped.
-	$(BIN)/turnout serve --now $(DEMO_NOW) --port $(DEMO_PORT) & pid=$$!; \
-	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null' EXIT; \
+	@# The feed service on the published clock (the index's instant, DEMO_NOW), asked over HTTP.
+	UP_SERVICES=feed FEED_PORT=$(DEMO_PORT) ops/up.sh
 	$(BIN)/turnout feed --server http://127.0.0.1:$(DEMO_PORT) --wait 900 --user-id u0000001
+	@echo "Airflow UI http://127.0.0.1:$(AIRFLOW_PORT)  MLflow UI http://127.0.0.1:$(MLFLOW_PORT)  feed http://127.0.0.1:$(DEMO_PORT)/v1/feed?user_id=u0000001  (make down stops them)"
 
 lint: setup ## ruff, and the import-layer contract of pyproject.toml (lint-imports).
 	$(BIN)/ruff check .
@@ -81,11 +79,10 @@ clean: ## Remove $(TURNOUT_HOME) (all local state).
 	rm -rf $(TURNOUT_HOME)
 
 up: setup ## Start the deployment: Airflow (UI :8080), MLflow UI (:5000), feed service (:8765).
-	TURNOUT_HOME=$(TURNOUT_HOME) ops/up.sh
+	AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) ops/up.sh
 
 LOOP_HOURS ?= 6
 LOOP_STEP ?= 6
-AIRFLOW_PORT ?= 8080
 loop: setup ## Play the next LOOP_HOURS platform hours through the running deployment, LOOP_STEP at a time (make up first).
 	$(BIN)/turnout loop --hours $(LOOP_HOURS) --step $(LOOP_STEP) --airflow-url http://127.0.0.1:$(AIRFLOW_PORT)
 

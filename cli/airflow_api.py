@@ -64,10 +64,43 @@ class AirflowApi:
         self.call("PATCH", f"/dags/{dag_id}", {"is_paused": True})
 
     def trigger(
-        self, dag_id: str, logical_date: datetime, conf: dict[str, Any] | None = None
+        self,
+        dag_id: str,
+        logical_date: datetime | None,
+        conf: dict[str, Any] | None = None,
+        run_after: datetime | None = None,
+        run_id: str | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"logical_date": logical_date.isoformat(), "conf": conf or {}}
+        """A run for the interval ending at ``logical_date``'s tick, or with none (the run's conf
+        then says what it covers; several such runs of one DAG can coexist).
+
+        Its ``run_after`` defaults to the logical date, not the wall clock (the API's default):
+        among queued runs of a ``max_active_runs=1`` DAG the scheduler starts the earliest
+        ``run_after`` first, so a past interval asked for by hand goes before the wall clock's
+        run that unpausing the DAG creates.
+        """
+        body: dict[str, Any] = {
+            "logical_date": None if logical_date is None else logical_date.isoformat(),
+            "conf": conf or {},
+        }
+        after = run_after or logical_date
+        if after is not None:
+            body["run_after"] = after.isoformat()
+        if run_id is not None:
+            body["dag_run_id"] = run_id
         return dict(self.call("POST", f"/dags/{dag_id}/dagRuns", body))
+
+    def dag_exists(self, dag_id: str) -> bool:
+        try:
+            self.call("GET", f"/dags/{dag_id}")
+        except AirflowError as e:
+            if " 404 " in str(e):
+                return False
+            raise
+        return True
+
+    def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return dict(self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}"))
 
     def backfill(self, dag_id: str, first_hour: datetime, last_hour: datetime) -> dict[str, Any]:
         """One run per interval whose start lies in [first_hour, last_hour], one at a time."""
@@ -119,19 +152,23 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return (t1 - t0).total_seconds()
 
 
-def watch_until_idle(
+def watch(
     api: AirflowApi,
     say: Callable[[str], None],
-    backfill_id: int | None = None,
+    done: Callable[[], bool],
     timeout_s: float = 7200.0,
     poll_s: float = 10.0,
     dag_ids: tuple[str, ...] = LOOP_DAGS,
+    heartbeat_s: float = 60.0,
+    seen: dict[tuple[str, str, str], str] | None = None,
 ) -> float:
-    """Print every DAG run and task as its state changes, until nothing in ``dag_ids`` is queued
-    or running (twice in a row: an asset-triggered run appears a scheduler loop after its event)
-    and the backfill, if any, is done. Returns the seconds it took."""
+    """Print every DAG run and task of ``dag_ids`` as its state changes (and a running task again
+    every ``heartbeat_s``) until ``done()`` holds twice in a row (an asset-triggered run appears a
+    scheduler loop after its event). ``seen`` (the states already printed) carries over between
+    calls that follow one another. Returns the seconds it took."""
     started = time.monotonic()
-    seen: dict[tuple[str, str, str], str] = {}
+    seen = {} if seen is None else seen
+    said: dict[tuple[str, str, str], float] = {}
     quiet = 0
     while quiet < 2:
         if time.monotonic() - started > timeout_s:
@@ -142,19 +179,36 @@ def watch_until_idle(
                     continue
                 for ti in api.task_instances(dag_id, run["dag_run_id"]):
                     key = (dag_id, run["dag_run_id"], ti["task_id"])
-                    if ti["state"] and seen.get(key) != ti["state"]:
-                        seen[key] = ti["state"]
+                    again = ti["state"] == "running" and time.monotonic() - said.get(key, 0.0) > heartbeat_s
+                    if ti["state"] and (seen.get(key) != ti["state"] or again):
+                        seen[key], said[key] = ti["state"], time.monotonic()
                         took = _seconds(ti.get("start_date"), ti.get("end_date"))
                         window = run.get("data_interval_start") or run["run_type"]
                         say(
-                            f"{dag_id:<11} {window:<22} {ti['task_id']:<16} {ti['state']:<9}"
+                            f"{dag_id:<13} {window:<22} {ti['task_id']:<17} {ti['state']:<9}"
                             + (f" {took:6.0f} s" if took is not None else "")
                         )
                 seen[(dag_id, run["dag_run_id"], "")] = run["state"]
-        done = backfill_id is None or api.backfill_done(backfill_id)
-        quiet = quiet + 1 if done and not api.busy(dag_ids) else 0
+        quiet = quiet + 1 if done() else 0
         time.sleep(poll_s)
     return time.monotonic() - started
+
+
+def watch_until_idle(
+    api: AirflowApi,
+    say: Callable[[str], None],
+    backfill_id: int | None = None,
+    timeout_s: float = 7200.0,
+    poll_s: float = 10.0,
+    dag_ids: tuple[str, ...] = LOOP_DAGS,
+) -> float:
+    """``watch`` until nothing in ``dag_ids`` is queued or running and the backfill, if any, is
+    done. Returns the seconds it took."""
+
+    def idle() -> bool:
+        return (backfill_id is None or api.backfill_done(backfill_id)) and not api.busy(dag_ids)
+
+    return watch(api, say, idle, timeout_s=timeout_s, poll_s=poll_s, dag_ids=dag_ids)
 
 
 def release_held_events(

@@ -741,6 +741,46 @@ def loop(
     _emit({**report, "seconds": round(took, 1), "backfills": backfills}, as_json)
 
 
+@app.command()
+def demo(
+    now: Annotated[str, typer.Option(help="The instant the demo acts as of (the history's last day).")],
+    tower_at: Annotated[
+        str, typer.Option(help="The content tower's training instant (the training window's start).")
+    ],
+    airflow_url: Annotated[
+        str, typer.Option(help="The deployment's Airflow API (make up: AIRFLOW_PORT, default 8080).")
+    ] = "http://127.0.0.1:8080",
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 3600.0,
+    as_json: JsonFlag = False,
+    profile: Profile = None,
+) -> None:
+    """Build the simulated history's first state through the running deployment (`make up`).
+
+    Triggers, over Airflow's REST API, ingest over the whole history (features follows on its
+    silver assets), content_tower as of --tower-at, index (on gold.features), then train_rsvp and
+    train_attend as of --now, and shows every DAG run and task as it goes. `make demo` runs it.
+    """
+    from cli.airflow_api import AirflowApi
+    from cli.demo import DemoStepFailed, run_demo
+
+    settings = _settings(profile)
+    at, tower = _parse_instant(now), _parse_instant(tower_at)
+    assert at is not None and tower is not None
+    api = AirflowApi(airflow_url, server_log=settings.home / "logs" / "airflow-api.log")
+    try:
+        api.health()
+    except OSError as e:
+        err.print(f"[red]no Airflow at {airflow_url}[/red] ({e}): start the deployment with `make up`")
+        raise typer.Exit(2) from e
+    try:
+        report = run_demo(api, at, tower, err.print, timeout_s=timeout)
+    except (DemoStepFailed, TimeoutError) as e:
+        err.print(f"[red]{e}[/red]")
+        raise typer.Exit(1) from e
+    err.print(render.demo_steps(report))
+    _emit(report, as_json)
+
+
 report_app = typer.Typer(help="Reports over what the running system did.", no_args_is_help=True)
 app.add_typer(report_app, name="report")
 

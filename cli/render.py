@@ -87,6 +87,17 @@ def loop_days(report: dict[str, Any]) -> Table:
     return table
 
 
+def demo_steps(report: dict[str, Any]) -> RenderableType:
+    steps = _table(
+        f"the demo's first build through Airflow: {report['seconds']:.0f} s",
+        ("DAG", "run", "state", "seconds"),
+    )
+    for dag_id, step in report["steps"].items():
+        steps.add_row(dag_id, step["run_id"], step["state"], f"{step['seconds']:.0f}")
+    heads = [training(head, xcom) for head, xcom in report["heads"].items() if xcom and "metrics" in xcom]
+    return Group(steps, *heads)
+
+
 def ingestion(run_id: str, report: dict[str, Any]) -> RenderableType:
     if not report["tables"]:
         return f"ingest {run_id}: nothing was delivered in [{report['start']}, {report['end']})"

@@ -154,59 +154,71 @@ def resolve_window(context: Any) -> dict[str, Any]:
     ``windows`` lists, in order, the distinct windows that make it up: one per producing run when
     asset events triggered the run (several when a backfill or a held-over event batched them),
     else the one window. A consumer that must write what hourly runs would have written (the
-    features DAG) processes them one by one.
+    features DAG) processes them one by one. A ``start`` of ``None`` means everything before
+    ``end`` (the first load of a whole history).
 
     1. Triggered by asset events: the union of the windows the producing runs covered (each
        event's ``extra`` ``start``/``end``, else its run's data interval): an asset-triggered run
        has no data interval of its own.
     2. Triggered by hand with ``{"start": ISO, "end": ISO}`` in the run conf: that window
-       (backfills, tests).
+       (backfills, tests); ``{"end": ISO}`` alone: everything delivered before it.
     3. Otherwise the run's own data interval, failing without retry when it is empty.
     """
-    starts: list[datetime] = []
-    ends: list[datetime] = []
+    found: list[tuple[datetime | None, datetime]] = []
     for events in (context.get("triggering_asset_events") or {}).values():
         for event in events:
             extra = event.extra or {}
             run = event.source_dag_run
-            if extra.get("start") and extra.get("end"):  # the window the producing run covered
-                starts.append(datetime.fromisoformat(extra["start"]))
-                ends.append(datetime.fromisoformat(extra["end"]))
+            if extra.get("end") and "start" in extra:  # the window the producing run covered
+                lo = datetime.fromisoformat(extra["start"]) if extra["start"] else None
+                found.append((lo, datetime.fromisoformat(extra["end"])))
             elif run is not None and run.data_interval_start and run.data_interval_end:
-                starts.append(run.data_interval_start)
-                ends.append(run.data_interval_end)
+                found.append((run.data_interval_start, run.data_interval_end))
     run_id = str(context["run_id"])
-    if starts:
-        windows = [[lo.isoformat(), hi.isoformat()] for lo, hi in sorted(set(zip(starts, ends, strict=True)))]
+    if found:
+        ordered = sorted(set(found), key=lambda w: (w[0] or datetime.min.replace(tzinfo=UTC), w[1]))
+        starts = [lo for lo, _ in ordered]
         return {
-            "start": min(starts).isoformat(),
-            "end": max(ends).isoformat(),
+            "start": None if None in starts else min(lo for lo in starts if lo is not None).isoformat(),
+            "end": max(hi for _, hi in ordered).isoformat(),
             "run_id": run_id,
-            "windows": windows,
+            "windows": [[_iso(lo), hi.isoformat()] for lo, hi in ordered],
         }
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     if "start" in conf or "end" in conf:
         from contracts.instants import parse_instant
 
         try:
-            start, end = parse_instant(str(conf["start"])), parse_instant(str(conf["end"]))
+            end = parse_instant(str(conf["end"]))
+            start = parse_instant(str(conf["start"])) if conf.get("start") is not None else None
         except (KeyError, ValueError) as err:
             raise AirflowFailException(
-                f"run conf needs ISO 'start' and 'end' with a UTC offset: {err}"
+                f"run conf needs ISO 'end' (and 'start', or none for everything before 'end') "
+                f"with a UTC offset: {err}"
             ) from err
-        if not start < end:
+        if start is not None and not start < end:
             raise AirflowFailException(
                 f"run conf window [{conf['start']}, {conf['end']}) is not an aware interval"
             )
         return {
-            "start": start.isoformat(),
+            "start": _iso(start),
             "end": end.isoformat(),
             "run_id": run_id,
-            "windows": [[start.isoformat(), end.isoformat()]],
+            "windows": [[_iso(start), end.isoformat()]],
         }
     window = current_window()
-    lo, hi = window.start.isoformat(), window.end.isoformat()
-    return {"start": lo, "end": hi, "run_id": window.run_id, "windows": [[lo, hi]]}
+    first, last = window.start.isoformat(), window.end.isoformat()
+    return {"start": first, "end": last, "run_id": window.run_id, "windows": [[first, last]]}
+
+
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+def parse_window(window: dict[str, Any]) -> tuple[datetime | None, datetime]:
+    """``resolve_window``'s start and end as instants (start ``None``: everything before end)."""
+    start = window["start"]
+    return (None if start is None else datetime.fromisoformat(start)), datetime.fromisoformat(window["end"])
 
 
 def resolve_features_end(context: Any) -> str:

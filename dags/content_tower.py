@@ -6,11 +6,12 @@ events with whichever tower is published when it runs.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from _common import CONTENT_TOWER, START_DATE, current_window, default_args, fail_without_retry, weekly_utc
-from airflow.sdk import dag, task
+from _common import CONTENT_TOWER, START_DATE, default_args, fail_without_retry, weekly_utc
+from _common import resolve_features_end as resolve_as_of
+from airflow.sdk import dag, get_current_context, task
 
 
 @dag(
@@ -28,11 +29,13 @@ def content_tower() -> None:
     ### Content tower: weekly retrain on co-RSVPs
 
     `pipelines.index.run.train_content_tower` reads the last 180 days of `silver.rsvps` known at
-    the end of the data interval, pairs events one user RSVPed within 30 days, and trains the
+    the end of the data interval (by hand: `{"as_of": ISO}` in the run conf), pairs events one user RSVPed within 30 days, and trains the
     title + description + category tower with an in-batch contrastive loss. The newest 10% of
     pairs are held out; the tower is published (one atomic pointer update, the previous one kept)
     only if it puts those pairs closer than random pairs. The summary in XCom carries the
     held-out margin and same-series / organizer / category similarity against random pairs.
+    A week without a single RSVP (a stale or stopped platform) keeps the published tower
+    (`status: skipped` in the XCom).
 
     **Failures.** A tower that fails its held-out check (`TowerQualityError`) fails the run
     without retries; the previous tower stays published. The next hourly `index` run embeds
@@ -46,7 +49,8 @@ def content_tower() -> None:
         from pipelines.index.tower import TowerQualityError
 
         with fail_without_retry(TowerQualityError):
-            return train_content_tower(load_settings(), now=current_window().end)
+            at = datetime.fromisoformat(resolve_as_of(get_current_context()))
+            return train_content_tower(load_settings(), now=at)
 
     train()
 

@@ -7,7 +7,7 @@ would shadow (or be shadowed by) the Feast repository package, and mypy refuses 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from _common import (
@@ -16,6 +16,7 @@ from _common import (
     START_DATE,
     default_args,
     fail_without_retry,
+    parse_window,
     resolve_window,
 )
 from airflow.sdk import AssetAny, dag, get_current_context, task
@@ -73,14 +74,13 @@ def features() -> None:
         from pipelines.features.run import update_features
 
         with fail_without_retry(DataContractError):
+            start, end = parse_window(window)
             report = update_features(
                 load_settings(),
-                start=datetime.fromisoformat(window["start"]),
-                end=datetime.fromisoformat(window["end"]),
+                start=start,
+                end=end,
                 run_id=window["run_id"],
-                windows=[
-                    (datetime.fromisoformat(lo), datetime.fromisoformat(hi)) for lo, hi in window["windows"]
-                ],
+                windows=[parse_window({"start": lo, "end": hi}) for lo, hi in window["windows"]],
             )
         views = report["materialize"]["views"]
         if not any(v["status"] == "materialized" for v in views.values()):

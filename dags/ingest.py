@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from _common import (
@@ -12,6 +12,7 @@ from _common import (
     default_args,
     fail_without_retry,
     hourly_utc,
+    parse_window,
     resolve_window,
     silver_asset,
 )
@@ -39,7 +40,8 @@ def ingest() -> None:
     Each run covers the landing files **delivered** in its data interval
     `[data_interval_start, data_interval_end)`: the hour that just ended, UTC. A run started by
     the `landing.delivered` asset (the simulated platform's `platform` DAG) covers the hours the
-    platform runs behind it delivered; one started by hand may pass `{"start": ISO, "end": ISO}`.
+    platform runs behind it delivered; one started by hand may pass `{"start": ISO, "end": ISO}`, or
+    `{"end": ISO}` alone for everything delivered before it (the first load of a history).
 
     One task, one Spark session (`pipelines.ingest.run.ingest_interval`):
 
@@ -74,7 +76,7 @@ def ingest() -> None:
 
         context = get_current_context()
         window = resolve_window(context)
-        start, end = datetime.fromisoformat(window["start"]), datetime.fromisoformat(window["end"])
+        start, end = parse_window(window)
         with fail_without_retry(DataContractError):
             report = ingest_interval(load_settings(), start=start, end=end, run_id=window["run_id"])
         events = context["outlet_events"][SILVER_DELIVERED]

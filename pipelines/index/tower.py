@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,6 +33,9 @@ RSVP_LOOKBACK_DAYS: Final = 180
 PAIR_WINDOW_DAYS: Final = 30
 HOLDOUT_SHARE: Final = 0.1
 MIN_TRAIN_PAIRS: Final = 200
+# A week (the DAG's interval) with no RSVP at all is a stale or stopped platform, not a week to
+# learn from: the weekly run keeps the published tower instead of retraining on old pairs.
+STALE_AFTER: Final = timedelta(days=7)
 
 
 class TowerQualityError(PublicationError):
@@ -119,6 +122,17 @@ def retrain_tower(settings: Settings, now: datetime, seed: int = 7) -> dict[str,
         "pairs": len(pairs),
         "previous_version": previous.version if previous else None,
     }
+    newest = rsvps["rsvp_at"].max() if len(rsvps) else None
+    if previous is not None and (newest is None or newest < now - STALE_AFTER):
+        log.warning(
+            "no RSVP in the %s before %s (newest %s): keeping the current tower", STALE_AFTER, now, newest
+        )
+        return {
+            **summary,
+            "status": "skipped",
+            "reason": f"no RSVP since {(now - STALE_AFTER).isoformat()} (newest: {newest})",
+            "version": summary["previous_version"],
+        }
     if len(pairs) < MIN_TRAIN_PAIRS:
         log.warning("only %d co-RSVP pairs (< %d): keeping the current tower", len(pairs), MIN_TRAIN_PAIRS)
         return {

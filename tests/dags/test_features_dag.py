@@ -93,6 +93,27 @@ def test_resolve_window_paths() -> None:
         "windows": [[START.isoformat(), END.isoformat()]],
     }
 
+    # The first load of a history: everything delivered before `end`, by hand and behind it.
+    first = {"end": END.isoformat()}
+    window = module.resolve_window({"dag_run": SimpleNamespace(conf=first), "run_id": "f"})
+    assert window == {
+        "start": None,
+        "end": END.isoformat(),
+        "run_id": "f",
+        "windows": [[None, END.isoformat()]],
+    }
+    assert module.parse_window(window) == (None, END)
+    behind = {
+        "silver.users": [_event(wall, wall, {"start": None, "end": END.isoformat()}), _event(END, later)]
+    }
+    window = module.resolve_window({"triggering_asset_events": behind, "run_id": "f2"})
+    assert window == {
+        "start": None,
+        "end": later.isoformat(),
+        "run_id": "f2",
+        "windows": [[None, END.isoformat()], [END.isoformat(), later.isoformat()]],
+    }
+
     for conf in ({"start": START.isoformat()}, {"start": "2026-03-04T11:00", "end": "2026-03-04T12:00"}):
         with pytest.raises(AirflowFailException):
             module.resolve_window({"dag_run": SimpleNamespace(conf=conf), "run_id": "bad"})

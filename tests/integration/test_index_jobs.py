@@ -19,6 +19,7 @@ from pipelines.index.run import (
 )
 from published.geo_index import scan_candidates
 from published.index_store import load_live_index
+from published.tower import tower_store
 from published.versioned import IndexValidationError, TowerVersionMismatch
 from tests.conftest import make_settings
 from tests.index_synthetic import WORLD_START, live_event_frame, make_world, write_silver
@@ -104,3 +105,9 @@ def test_tower_embeddings_and_index_from_silver(spark, tmp_path) -> None:  # typ
     assert rollback_index(settings)["to"] == out["build"]["version"]
     restored = load_live_index(geo_store(settings), expected_tower_version=tower["version"])
     assert restored.version == out["build"]["version"] and len(restored.index) == len(live)
+
+    # A week without a single RSVP (a stale or stopped platform) keeps the published tower.
+    stale = world.rsvps["rsvp_at"].max().to_pydatetime() + timedelta(days=8)
+    kept = train_content_tower(settings, stale)
+    assert kept["status"] == "skipped" and "no RSVP since" in kept["reason"]
+    assert kept["version"] == retrained["version"] == tower_store(settings).read_pointer().version
