@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from cli import render
+from cli.airflow_api import AirflowApi
 from conf import Settings, load_settings
 from contracts.instants import parse_instant
 
@@ -651,6 +652,17 @@ def platform(
     _emit(report, as_json)
 
 
+def _airflow(settings: Settings, url: str) -> AirflowApi:
+    """The running deployment's REST API, or exit 2 saying how to start one."""
+    api = AirflowApi(url, server_log=settings.home / "logs" / "airflow-api.log")
+    try:
+        api.health()
+    except OSError as e:
+        err.print(f"[red]no Airflow at {url}[/red] ({e}): start the deployment with `make up`")
+        raise typer.Exit(2) from e
+    return api
+
+
 @app.command()
 def loop(
     hours: Annotated[int, typer.Option(help="Simulated hours to play.")] = 6,
@@ -687,7 +699,7 @@ def loop(
     """
     from datetime import timedelta
 
-    from cli.airflow_api import LOOP_DAGS, AirflowApi, release_held_events, watch_until_idle
+    from cli.airflow_api import LOOP_DAGS, release_held_events, watch_until_idle
     from cli.platform import loop_report, truth_root, wait_for_catalog
     from simulator.platform import platform_start, played_hours
 
@@ -697,12 +709,7 @@ def loop(
         err.print("[red]this home has no live platform[/red]: `turnout simulate --platform-days N` first")
         raise typer.Exit(2)
     begin = _parse_instant(start) or first + timedelta(hours=len(played_hours(truth_root(settings))))
-    api = AirflowApi(airflow_url, server_log=settings.home / "logs" / "airflow-api.log")
-    try:
-        api.health()
-    except OSError as e:
-        err.print(f"[red]no Airflow at {airflow_url}[/red] ({e}): start the deployment with `make up`")
-        raise typer.Exit(2) from e
+    api = _airflow(settings, airflow_url)
     for dag_id in LOOP_DAGS:
         api.unpause(dag_id)
     err.print(f"unpaused {', '.join(LOOP_DAGS)}; waiting for the wall clock's runs to settle")
@@ -760,18 +767,12 @@ def demo(
     silver assets), content_tower as of --tower-at, index (on gold.features), then train_rsvp and
     train_attend as of --now, and shows every DAG run and task as it goes. `make demo` runs it.
     """
-    from cli.airflow_api import AirflowApi
     from cli.demo import DemoStepFailed, run_demo
 
     settings = _settings(profile)
     at, tower = _parse_instant(now), _parse_instant(tower_at)
     assert at is not None and tower is not None
-    api = AirflowApi(airflow_url, server_log=settings.home / "logs" / "airflow-api.log")
-    try:
-        api.health()
-    except OSError as e:
-        err.print(f"[red]no Airflow at {airflow_url}[/red] ({e}): start the deployment with `make up`")
-        raise typer.Exit(2) from e
+    api = _airflow(settings, airflow_url)
     try:
         report = run_demo(api, at, tower, err.print, timeout_s=timeout)
     except (DemoStepFailed, TimeoutError) as e:
