@@ -213,14 +213,18 @@ def user_features(
     ``profiles`` holds every version of every user (one row per user and ``updated_at``, as bronze
     keeps them): each RSVP and attendance sees the profile as it stood then. With only the newest
     version, a profile update delivered today erased the user's rows since the previous version
-    (no metro yet) and moved every day's fit after it. Every fact counts from when it became known
-    (``known_at``): an attendance delivered hours late changes the user's state from its delivery
-    on, not in the past (where it moved every row of the days after it, through their fits).
+    (no metro yet) and moved every day's fit after it. RSVPs and attendance count from when they
+    became known (``known_at``): an attendance delivered hours late changes the user's state from
+    its delivery on, not in the past (where it moved every row of the days after it, through
+    their fits). A profile edit delivered late still moves the rows after its own instant.
     """
     ctx = event_context(events, venues).select("event_id", "category", "venue_lat", "venue_lng")
+    # A profile counts from its own instant, not its delivery: a user delivered with the first
+    # load of a history keeps the row of their sign-up (and leaves the online store after the
+    # view's TTL when nothing else happens), as serving's fallback to the bare profile expects.
     profile = profiles.select(
         "user_id",
-        known_at("updated_at").alias("event_timestamp"),
+        F.col("updated_at").alias("event_timestamp"),
         F.lit(0).alias("_order"),
         "metro",
         "home_lat",
