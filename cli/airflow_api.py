@@ -25,6 +25,10 @@ BUSY = ("queued", "running")
 class AirflowError(RuntimeError):
     """The API answered with an error; the message carries the status, the body and the server log."""
 
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 @dataclass
 class AirflowApi:
@@ -52,7 +56,7 @@ class AirflowApi:
                 tail = "\napi-server log:\n" + "\n".join(
                     self.server_log.read_text(errors="replace").splitlines()[-60:]
                 )
-            raise AirflowError(f"{method} {path}: {e.code} {e.read()[:2000]!r}{tail}") from e
+            raise AirflowError(f"{method} {path}: {e.code} {e.read()[:2000]!r}{tail}", e.code) from e
 
     def health(self) -> dict[str, Any]:
         return dict(self.call("GET", "/monitor/health"))
@@ -94,7 +98,7 @@ class AirflowApi:
         try:
             self.call("GET", f"/dags/{dag_id}")
         except AirflowError as e:
-            if " 404 " in str(e):
+            if e.status == 404:
                 return False
             raise
         return True
