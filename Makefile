@@ -18,7 +18,7 @@ MLFLOW_PORT ?= 5000
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
-.PHONY: help setup jars lock demo test test-cluster lint typecheck unit integration docs clean up down loop cluster-up cluster-down
+.PHONY: help setup jars jars-s3 lock demo test test-cluster lint typecheck unit integration docs clean up down loop cluster-up cluster-down
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,14 @@ jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, 
 	cd conf/jars && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
 		-DincludeGroupIds=io.delta -DoutputDirectory=$(CURDIR)/.cache/jars
 
+.cache/jars-s3/.fetched: conf/jars/s3/pom.xml
+	$(MAKE) jars-s3
+	touch $@
+
+jars-s3: ## Copy Hadoop's S3A connector and the AWS SDK bundle into .cache/jars-s3 (Delta on s3a://; ~690 MB).
+	cd conf/jars/s3 && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(CURDIR)/.cache/jars-s3
+
 lock: ## Re-resolve requirements.lock from pyproject.toml.
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
 
@@ -63,13 +71,13 @@ lint: setup ## ruff, and the import-layer contract of pyproject.toml (lint-impor
 typecheck: setup ## mypy.
 	$(BIN)/mypy
 
-unit: setup ## Unit tests only (no engines).
+unit: setup .cache/jars-s3/.fetched ## Unit tests only (no engines).
 	$(BIN)/pytest -m "not integration"
 
-test: setup lint typecheck ## ruff, mypy and the whole pytest suite (what CI runs).
+test: setup .cache/jars-s3/.fetched lint typecheck ## ruff, mypy and the whole pytest suite (what CI runs).
 	$(BIN)/pytest
 
-test-cluster: setup ## The cluster profile on real servers against the local profile (~16 min; not in CI).
+test-cluster: setup .cache/jars-s3/.fetched ## The cluster profile on real servers against the local profile (~16 min; not in CI).
 	TURNOUT_CLUSTER_TEST=1 $(BIN)/pytest tests/system/test_cluster.py
 
 docs: setup ## Regenerate docs/landing-schema.md from the code.

@@ -33,6 +33,8 @@ class SparkSettings(_Strict):
     shuffle_partitions: int = Field(4, ge=1)
     delta_snapshot_partitions: int = Field(2, ge=1)
     jars_dir: str
+    # Folders of further jars for spark.jars, e.g. `make jars-s3`'s S3A connector for a lake on s3a://.
+    extra_jars_dirs: list[str] = Field(default_factory=list)
     conf: dict[str, str] = Field(default_factory=dict)
 
 
@@ -215,6 +217,8 @@ def _expand(value: Any, home: Path) -> Any:
         return value.replace("{home}", str(home)).replace("{repo}", str(REPO_ROOT))
     if isinstance(value, dict):
         return {k: _expand(v, home) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, home) for v in value]
     return value
 
 

@@ -19,7 +19,11 @@ log = logging.getLogger(__name__)
 LOG4J_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 
 
-class DeltaJarsMissing(RuntimeError):
+class JarsMissing(RuntimeError):
+    """A folder of jars a profile names is empty: the `make` target that fills it has not run."""
+
+
+class DeltaJarsMissing(JarsMissing):
     """Delta's jars are fetched by `make setup` (Maven Central); without them Spark has no Delta."""
 
 
@@ -33,13 +37,25 @@ def delta_jars(jars_dir: str) -> list[str]:
     return jars
 
 
+def extra_jars(jars_dir: str) -> list[str]:
+    """The jars of one of ``spark.extra_jars_dirs``; a folder without any is an error that names it."""
+    jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
+    if not jars:
+        raise JarsMissing(
+            f"no jar in {jars_dir} (spark.extra_jars_dirs): for the S3A connector run `make jars-s3`"
+        )
+    return jars
+
+
 def spark_conf(settings: Settings) -> dict[str, str]:
     """Every Spark setting turnout relies on, as one dict: the session below, and Feast's Spark
     offline store (``feature_store.yaml`` ``spark_conf``) if it ever has to start a session itself."""
     cfg = settings.spark
     conf = {
         "spark.master": cfg.master,
-        "spark.jars": ",".join(delta_jars(cfg.jars_dir)),
+        "spark.jars": ",".join(
+            delta_jars(cfg.jars_dir) + [j for d in cfg.extra_jars_dirs for j in extra_jars(d)]
+        ),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",

@@ -20,7 +20,7 @@ from conf import load_settings
 from tests.integration.training_world import AS_OF, build_trained_world
 
 # Columns that name the run or the wall clock, not the data.
-RUN_COLUMNS = {"_run_id", "_ingested_at"}
+RUN_COLUMNS = {"_run_id", "_ingested_at", "quarantined_at"}
 
 
 def table_hash(spark: Any, path: str, by_column: bool = False) -> dict[str, Any]:

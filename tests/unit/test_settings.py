@@ -65,3 +65,16 @@ def test_our_generic_package_names_resolve_inside_this_repository() -> None:
     for module in (bench, cli, conf, contracts, features, models, pipelines, published, serving, simulator):
         assert module.__file__ is not None
         assert Path(module.__file__).resolve().is_relative_to(REPO), module.__file__
+
+
+def test_a_lake_on_s3_puts_the_s3a_connector_on_spark_jars(tmp_path: Path) -> None:
+    from pipelines.spark import JarsMissing, spark_conf
+
+    s = load_settings("s3-local", home=tmp_path, environ={})
+    assert s.lake.root.startswith("s3a://") and s.spark.extra_jars_dirs == [f"{REPO}/.cache/jars-s3"]
+    jars = spark_conf(s)["spark.jars"].split(",")
+    assert any("/jars-s3/hadoop-aws-" in j for j in jars) and any("delta-spark" in j for j in jars)
+
+    empty = s.model_copy(update={"spark": s.spark.model_copy(update={"extra_jars_dirs": [str(tmp_path)]})})
+    with pytest.raises(JarsMissing, match="make jars-s3"):
+        spark_conf(empty)
