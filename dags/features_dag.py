@@ -50,7 +50,8 @@ def features() -> None:
        MERGEs the rows of the window (plus the late-arrival lookback) into `gold.<table>`.
     2. **validate**: `pipelines.features.validation.validate_gold` runs a great-expectations
        suite per gold table (schema, nulls, ranges, `created >= event_timestamp`, freshness) as of
-       the window's end. A broken table fails the run here, before anything reaches serving.
+       the window's end, on the rows the window may have written (and the freshness horizon). A
+       broken table fails the run here, before anything reaches serving.
     3. **apply**: `feast apply` only when the hash of `features/` differs from the registry's.
     4. **materialize**: each feature view's new window goes to the online store; never a window
        ending before the last one. Then the task updates the `gold.features` asset (extra

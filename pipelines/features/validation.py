@@ -1,7 +1,11 @@
 """great-expectations suites on every gold table: the data contract checked before materialization.
 
 A gold table is judged as of the run's ``end`` (rows with ``event_timestamp <= end``, so a
-re-run of an old interval is judged on what that interval could see):
+re-run of an old interval is judged on what that interval could see). An hourly run judges only
+the rows it may have written: with ``since`` (the start of its MERGE window, ``jobs.build_gold``),
+rows from ``since`` on, or from ``end - max_age`` where that is earlier, so freshness still sees
+the newest row. Every row was judged by the run that wrote it, and an hour's suites stay the size
+of an hour's window instead of growing with the history. Without ``since``, every row.
 
 * **schema**: the columns and Spark types ``features/`` declares for its view, plus the two stamps;
 * **nulls**: keys, stamps and every feature except the few that are legitimately absent;
@@ -273,22 +277,30 @@ def _table_exists(spark: SparkSession, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
-def _frame(spark: SparkSession, path: str, end: datetime) -> DataFrame:
+def _frame(spark: SparkSession, path: str, end: datetime, since: datetime | None) -> DataFrame:
     from pyspark.sql import functions as F
 
     frame = spark.read.format("delta").load(path).where(F.col(EVENT_TIMESTAMP) <= F.lit(_naive_utc(end)))
+    if since is not None:
+        frame = frame.where(F.col(EVENT_TIMESTAMP) >= F.lit(_naive_utc(since)))
     if "embedding" in frame.columns:
         frame = frame.withColumn(_EMBEDDING_DIM_COLUMN, F.size("embedding"))
     return frame
 
 
-def validate_gold(settings: Settings, end: datetime, tables: list[str] | None = None) -> dict[str, Any]:
+def validate_gold(
+    settings: Settings, end: datetime, tables: list[str] | None = None, since: datetime | None = None
+) -> dict[str, Any]:
     """Run every gold table's suite as of ``end``; raise ``DataContractError`` listing all failures.
+
+    ``since``: judge only rows from then on (or from the table's freshness horizon, if earlier);
+    an interval's run passes the start of its MERGE window. None: every row up to ``end``.
 
     A missing gold table fails, except one written by another stage (``OPTIONAL_TABLES``:
     ``event_embeddings`` before the index stage first runs), which is reported as ``missing`` and
     skipped; materialization skips its view the same way.
-    Returns ``{"end", "tables": {name: {"success", "rows", "engine", "failures"}}, "missing"}``.
+    Returns ``{"end", "since", "tables": {name: {"success", "rows", "engine", "failures"}}, "missing"}``
+    (``rows``: the rows judged).
     """
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -324,7 +336,8 @@ def validate_gold(settings: Settings, end: datetime, tables: list[str] | None = 
             else:
                 results[table] = TableResult(table, False, 0, [f"no Delta table at {path}"])
             continue
-        frame = _frame(spark, path, end).cache()
+        horizon = end - rules[table].max_age
+        frame = _frame(spark, path, end, None if since is None else min(since, horizon)).cache()
         try:
             rows = frame.count()
             # An empty table stays on Spark: its schema still has the types to check.
@@ -347,6 +360,7 @@ def validate_gold(settings: Settings, end: datetime, tables: list[str] | None = 
         log.info("%s", results[table].report())
     report = {
         "end": end.astimezone(UTC).isoformat(),
+        "since": None if since is None else since.astimezone(UTC).isoformat(),
         "tables": {
             t: {"success": r.success, "rows": r.rows, "engine": r.engine, "failures": r.failures}
             for t, r in results.items()

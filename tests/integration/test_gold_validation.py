@@ -89,3 +89,31 @@ def test_both_engines_fail_the_same_expectations_on_the_same_rows(
     assert {t: (r["success"], r["engine"]) for t, r in report["tables"].items()} == {
         t: (True, "spark") for t in G.GOLD_TABLES
     }
+
+
+def test_an_interval_judges_the_rows_it_may_have_written(spark: SparkSession, tmp_path: Path) -> None:
+    """With ``since`` (an hourly run's MERGE window), rows before it and before the freshness
+    horizon are not judged again; a broken row inside it still fails the run."""
+    tables = G.history(seed=5)
+    users = sorted(tables["user_features"], key=lambda r: r["event_timestamp"])
+    since, horizon = END - timedelta(hours=1), END - timedelta(days=2)  # user_features' max_age
+    old = users[0]
+    assert old["event_timestamp"] < horizon <= users[-1]["event_timestamp"]
+    old["home_lat"] = None  # written days ago, and judged by the run that wrote it
+    settings = make_settings(tmp_path / "home")
+    G.write_history(spark, settings, tables)
+
+    with pytest.raises(DataContractError, match=r"gold\.user_features: \d+ rows .*home_lat"):
+        validate_gold(settings, END)  # every row: the old one fails
+    report = validate_gold(settings, END, since=since)
+    judged = report["tables"]["user_features"]
+    recent = sum(horizon <= r["event_timestamp"] <= END for r in users)
+    assert (judged["success"], judged["rows"], report["since"]) == (True, recent, since.isoformat())
+
+    users[-1]["home_lat"] = None  # the newest row: inside the freshness horizon
+    G.write_history(spark, settings, tables)
+    with pytest.raises(DataContractError) as err:
+        validate_gold(settings, END, since=since)
+    assert _failures(str(err.value)) == {
+        "user_features": {("expect_column_values_to_not_be_null", "home_lat"): 1}
+    }
