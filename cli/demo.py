@@ -113,8 +113,8 @@ def run_demo(
     else:  # features finished before the tower: its event reached a paused index DAG
         follow("index", by_hand("index", now, as_of))
 
-    # One head after the other: side by side on a 2-core machine they took 352 s, one at a time
-    # about 140 s + 60 s (Spark, LightGBM and the calibration each want both cores).
+    # One head after the other: side by side on 2 cores they took 352 s, in turn 169 + 104 s
+    # (README, `make demo`): Spark, LightGBM and the calibration each want both cores.
     follow("train_rsvp", by_hand("train_rsvp", now, as_of))
     follow("train_attend", by_hand("train_attend", now, as_of))
     heads = {

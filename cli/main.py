@@ -207,7 +207,7 @@ def features(
     from contracts.errors import DataContractError
     from pipelines.feast_store import write_feature_store_yaml
     from pipelines.features.definitions import apply_definitions
-    from pipelines.features.jobs import LATE_ARRIVAL_WINDOW, build_gold
+    from pipelines.features.jobs import build_gold, written_since
     from pipelines.features.validation import validate_gold
 
     settings = _settings(profile)
@@ -216,8 +216,7 @@ def features(
     with _progress("features") as progress:
         report = build_gold(settings, t_start, t_end, run_id, progress=progress)
     try:
-        since = None if t_start is None else t_start - LATE_ARRIVAL_WINDOW  # what the run may have written
-        report["validation"] = validate_gold(settings, t_end, since=since)
+        report["validation"] = validate_gold(settings, t_end, since=written_since(t_start))
     except DataContractError as e:
         err.print(f"[red]gold tables failed validation; nothing applied[/red]: {e}")
         raise typer.Exit(2) from e

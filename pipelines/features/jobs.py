@@ -249,6 +249,11 @@ def build_travel_times(spark: SparkSession, settings: Settings, silver: dict[str
     return len(pdf)
 
 
+def written_since(start: datetime | None) -> datetime | None:
+    """The earliest ``event_timestamp`` a run over [start, ...) MERGEs: its late-arrival lookback."""
+    return None if start is None else start - LATE_ARRIVAL_WINDOW
+
+
 def created_stamp(start: datetime | None, end: datetime | None) -> Column:
     """When a row counts as written: never the wall clock, so re-runs write identical rows.
 
@@ -284,7 +289,8 @@ def build_gold(
     silver = read_silver(spark, settings, end)
     end_day = (end or datetime.now(UTC)).strftime("%Y-%m-%d")
     gold, fitted = compute_gold(spark, settings, silver, end_day)
-    lo = (start - LATE_ARRIVAL_WINDOW).astimezone(UTC).replace(tzinfo=None) if start else None
+    since = written_since(start)
+    lo = since.astimezone(UTC).replace(tzinfo=None) if since else None
     hi = end.astimezone(UTC).replace(tzinfo=None) if end else None
     written: dict[str, dict[str, int]] = {}
     for i, (name, rows) in enumerate(gold.items()):

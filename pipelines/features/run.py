@@ -38,7 +38,7 @@ def update_features(
     the batch's. Asset-triggered runs pass one window per ingest run that triggered them.
     """
     from pipelines.features.definitions import apply_definitions
-    from pipelines.features.jobs import LATE_ARRIVAL_WINDOW, build_gold
+    from pipelines.features.jobs import build_gold, written_since
     from pipelines.features.materialize import materialize
     from pipelines.features.validation import validate_gold
 
@@ -59,8 +59,7 @@ def update_features(
     lap("build_gold")
     if progress:
         progress("validate gold", 0, 1)
-    # Only what this run may have written: rows from the start of its first MERGE window on.
-    validation = validate_gold(settings, end, since=None if start is None else start - LATE_ARRIVAL_WINDOW)
+    validation = validate_gold(settings, end, since=written_since(start))  # what the run may have written
     lap("validate_gold")
     applied = apply_definitions(settings)
     lap("apply_definitions")
