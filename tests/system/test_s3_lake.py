@@ -37,19 +37,14 @@ END = history_end(CONFIG)
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "turnout", "AWS_SECRET_ACCESS_KEY": "turnout-secret"}
 
 
-def _start(home: Path, profile: str, extra: dict[str, str]) -> subprocess.Popen[bytes]:
-    """The pipeline in a process of its own; its output in files under ``home`` (no pipe to fill)."""
+def _pipeline(home: Path, profile: str, extra: dict[str, str]) -> dict[str, Any]:
+    """``tests/system/lake_pipeline.py`` in a process of its own; its JSON summary."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TURNOUT_"))}
     env.update(TURNOUT_HOME=str(home), TURNOUT_PROFILE=profile, **extra)
-    home.mkdir(parents=True)
     args = [PYTHON, "-m", "tests.system.lake_pipeline", END.isoformat()]
-    with (home / "stdout").open("wb") as out, (home / "stderr").open("wb") as err:
-        return subprocess.Popen(args, cwd=REPO, env=env, stdout=out, stderr=err)
-
-
-def _summary(run: subprocess.Popen[bytes], home: Path) -> dict[str, Any]:
-    assert run.wait(timeout=1500) == 0, (home / "stderr").read_text()[-4000:]
-    return dict(json.loads((home / "stdout").read_text().strip().splitlines()[-1]))
+    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def _s3_ready() -> bool:
@@ -75,7 +70,7 @@ def _run_on_s3(tmp_path: Path, landing: Path) -> tuple[dict[str, Any], set[str],
         files = sorted(p for p in landing.rglob("*") if p.is_file())
         for f in files:
             s3.upload_file(str(f), BUCKET, f"landing/{f.relative_to(landing)}")
-        summary = _summary(_start(tmp_path / "s3", "s3-local", CREDENTIALS), tmp_path / "s3")
+        summary = _pipeline(tmp_path / "s3", "s3-local", CREDENTIALS)
         listed = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="lake/")
         keys = {o["Key"] for page in listed for o in page.get("Contents", [])}
     return summary, keys, len(files)
@@ -86,9 +81,7 @@ def _run_on_s3(tmp_path: Path, landing: Path) -> tuple[dict[str, Any], set[str],
 def test_s3_lake_writes_what_the_local_lake_writes(tmp_path: Path) -> None:
     landing = tmp_path / "landing"
     simulate(CONFIG, landing, tmp_path / "simulator")
-    local = _summary(
-        _start(tmp_path / "local", "local", {"TURNOUT__LANDING__ROOT": str(landing)}), tmp_path / "local"
-    )
+    local = _pipeline(tmp_path / "local", "local", {"TURNOUT__LANDING__ROOT": str(landing)})
     on_s3, keys, files = _run_on_s3(tmp_path, landing)
 
     assert (local["lake"], on_s3["lake"]) == (str(tmp_path / "local" / "lake"), f"s3a://{BUCKET}/lake")
