@@ -27,9 +27,14 @@ class DeltaJarsMissing(JarsMissing):
     """Delta's jars are fetched by `make setup` (Maven Central); without them Spark has no Delta."""
 
 
+def _jars_in(jars_dir: str) -> list[str]:
+    """The jar files of a folder, sorted for a stable classpath."""
+    return sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
+
+
 def delta_jars(jars_dir: str) -> list[str]:
-    """The jar files `make jars` copied from Maven Central, sorted for a stable classpath."""
-    jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
+    """The jar files `make jars` copied from Maven Central."""
+    jars = _jars_in(jars_dir)
     if not any("delta-spark" in Path(j).name for j in jars):
         raise DeltaJarsMissing(
             f"no delta-spark jar in {jars_dir}: run `make jars` (needs Maven and network once)"
@@ -39,7 +44,7 @@ def delta_jars(jars_dir: str) -> list[str]:
 
 def extra_jars(jars_dir: str) -> list[str]:
     """The jars of one of ``spark.extra_jars_dirs``; a folder without any is an error that names it."""
-    jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
+    jars = _jars_in(jars_dir)
     if not jars:
         raise JarsMissing(
             f"no jar in {jars_dir} (spark.extra_jars_dirs): for the S3A connector run `make jars-s3`"
