@@ -443,20 +443,22 @@ def event_dynamics(events: DataFrame, rsvps: DataFrame, snapshots: DataFrame) ->
     """gold.event_dynamics: RSVP count, damped fill rate and 6-hour RSVP velocity over time.
 
     A row at creation (all zero), at every RSVP and capacity snapshot, and 6 hours after every
-    RSVP, so a point-in-time lookup sees the velocity decay instead of a stale burst.
+    RSVP, so a point-in-time lookup sees the velocity decay instead of a stale burst. RSVPs and
+    snapshots count from when they became known (``known_at``): one delivered a day late raises
+    the count from its delivery on, as the online store saw it, never in the hours before.
     """
     created = events.select(
         "event_id", F.col("created_at").alias("event_timestamp"), F.lit(0).alias("_order"), "capacity"
     )
-    rsvp = rsvps.select("event_id", F.col("rsvp_at").alias("event_timestamp"), F.lit(1).alias("_order"))
-    expiry = rsvps.select(
+    rsvp = rsvps.select("event_id", known_at("rsvp_at").alias("event_timestamp"), F.lit(1).alias("_order"))
+    expiry = rsvp.select(
         "event_id",
-        (F.col("rsvp_at") + F.expr("INTERVAL 6 HOURS")).alias("event_timestamp"),
+        (F.col("event_timestamp") + F.expr("INTERVAL 6 HOURS")).alias("event_timestamp"),
         F.lit(2).alias("_order"),
     )
     snap = snapshots.select(
         "event_id",
-        F.col("snapshot_at").alias("event_timestamp"),
+        known_at("snapshot_at").alias("event_timestamp"),
         F.lit(3).alias("_order"),
         F.col("seats_taken").alias("_seats"),
         F.col("capacity").alias("_snap_capacity"),
@@ -699,15 +701,17 @@ def social_counts(friendships: DataFrame, rsvps: DataFrame) -> DataFrame:
     """gold.social: for (user, event), how many friends had RSVPed by each instant.
 
     A friend's RSVP counts from the later of the RSVP and the friendship: a friendship formed
-    after the RSVP still makes that friend "going" from then on, never before.
+    after the RSVP still makes that friend "going" from then on, never before. Each counts from
+    when it became known (``known_at``), and a friend's first RSVP to the event is the one counted.
     """
-    friend_rsvps = rsvps.select(F.col("user_id").alias("friend_id"), "event_id", "rsvp_at").dropDuplicates(
-        ["friend_id", "event_id"]
+    friend_rsvps = rsvps.groupBy(F.col("user_id").alias("friend_id"), "event_id").agg(
+        F.min(known_at("rsvp_at")).alias("_rsvp_known")
     )
-    pairs = friend_rsvps.join(friendships.select("user_id", "friend_id", "created_at"), "friend_id").select(
+    friends = friendships.select("user_id", "friend_id", known_at("created_at").alias("_friends_known"))
+    pairs = friend_rsvps.join(friends, "friend_id").select(
         "user_id",
         "event_id",
-        F.greatest("rsvp_at", "created_at").alias("event_timestamp"),
+        F.greatest("_rsvp_known", "_friends_known").alias("event_timestamp"),
         F.lit(0).alias("_order"),
     )
     w = _stream_window(["user_id", "event_id"])

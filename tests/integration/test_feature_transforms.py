@@ -33,20 +33,26 @@ def _as_of(rows: list, key: dict, at: datetime):  # type: ignore[no-untyped-def]
 
 
 def test_social_counts_friends_going_point_in_time(spark) -> None:  # type: ignore[no-untyped-def]
-    friendships = spark.createDataFrame(
-        [("u", "f1", ts(1)), ("u", "f2", ts(1)), ("u", "f3", ts(5)), ("u", "f4", ts(1))],
-        "user_id string, friend_id string, created_at timestamp",
+    friendships = on_time(
+        spark.createDataFrame(
+            [("u", "f1", ts(1)), ("u", "f2", ts(1)), ("u", "f3", ts(5)), ("u", "f4", ts(1))],
+            "user_id string, friend_id string, created_at timestamp",
+        ),
+        "created_at",
     )
-    rsvps = spark.createDataFrame(
-        [
-            ("f1", "e", ts(2)),
-            ("f2", "e", ts(3)),
-            ("f2", "e", ts(3, 1)),  # a second RSVP by the same friend counts once
-            ("f3", "e", ts(2)),  # friends only from day 5: counts from then, not before
-            ("f4", "other", ts(2)),
-            ("u", "e", ts(4)),  # the user's own RSVP is not a friend going
-        ],
-        "user_id string, event_id string, rsvp_at timestamp",
+    rsvps = on_time(
+        spark.createDataFrame(
+            [
+                ("f1", "e", ts(2)),
+                ("f2", "e", ts(3)),
+                ("f2", "e", ts(3, 1)),  # a second RSVP by the same friend counts once
+                ("f3", "e", ts(2)),  # friends only from day 5: counts from then, not before
+                ("f4", "other", ts(2)),
+                ("u", "e", ts(4)),  # the user's own RSVP is not a friend going
+            ],
+            "user_id string, event_id string, rsvp_at timestamp",
+        ),
+        "rsvp_at",
     )
     rows = T.social_counts(friendships, rsvps).collect()
     going = {at: _as_of(rows, {"user_id": "u", "event_id": "e"}, at) for at in (ts(1), ts(2), ts(4), ts(6))}
@@ -59,12 +65,19 @@ def test_social_counts_friends_going_point_in_time(spark) -> None:  # type: igno
 
 def test_event_dynamics_velocity_decays_and_fill_is_damped(spark) -> None:  # type: ignore[no-untyped-def]
     events = spark.createDataFrame([("e", ts(1), 10)], "event_id string, created_at timestamp, capacity long")
-    rsvps = spark.createDataFrame(
-        [("e", ts(2, 10)), ("e", ts(2, 11)), ("e", ts(2, 11)), ("e", ts(3, 9))],
-        "event_id string, rsvp_at timestamp",
+    rsvps = on_time(
+        spark.createDataFrame(
+            [("e", ts(2, 10)), ("e", ts(2, 11)), ("e", ts(2, 11)), ("e", ts(3, 9))],
+            "event_id string, rsvp_at timestamp",
+        ),
+        "rsvp_at",
     )
-    snapshots = spark.createDataFrame(
-        [("e", 10, 10, ts(3, 12))], "event_id string, seats_taken long, capacity long, snapshot_at timestamp"
+    snapshots = on_time(
+        spark.createDataFrame(
+            [("e", 10, 10, ts(3, 12))],
+            "event_id string, seats_taken long, capacity long, snapshot_at timestamp",
+        ),
+        "snapshot_at",
     )
     rows = T.event_dynamics(events, rsvps, snapshots).collect()
     key = {"event_id": "e"}
@@ -76,6 +89,38 @@ def test_event_dynamics_velocity_decays_and_fill_is_damped(spark) -> None:  # ty
     assert _as_of(rows, key, ts(3, 10))["fill_rate"] == pytest.approx(0.4)
     # Sold out (10/10): damped above 0.9 -> 0.9 + 0.1 * 0.25.
     assert _as_of(rows, key, ts(3, 13))["fill_rate"] == pytest.approx(0.925)
+
+
+def test_late_deliveries_count_from_their_delivery(spark) -> None:  # type: ignore[no-untyped-def]
+    """An RSVP, a capacity snapshot or a friendship delivered a day late was not in the online
+    store before its delivery: event_dynamics and social count it from then, never earlier."""
+    events = spark.createDataFrame([("e", ts(1), 10)], "event_id string, created_at timestamp, capacity long")
+    rsvps = spark.createDataFrame(
+        [("f1", "e", ts(2, 10), hour_key(ts(2, 10))), ("f2", "e", ts(2, 11), hour_key(ts(3, 11)))],
+        "user_id string, event_id string, rsvp_at timestamp, _delivered string",
+    )
+    snapshots = spark.createDataFrame(
+        [("e", 9, 10, ts(2, 12), hour_key(ts(3, 12)))],
+        "event_id string, seats_taken long, capacity long, snapshot_at timestamp, _delivered string",
+    )
+    friendships = spark.createDataFrame(
+        [("u", "f1", ts(1), hour_key(ts(2, 20))), ("u", "f2", ts(1), hour_key(ts(1)))],
+        "user_id string, friend_id string, created_at timestamp, _delivered string",
+    )
+    dynamics = T.event_dynamics(events, rsvps, snapshots).collect()
+    key = {"event_id": "e"}
+    before = _as_of(dynamics, key, ts(3, 10, 59))
+    assert before["rsvp_count"] == 1 and before["fill_rate"] == pytest.approx(0.1)
+    assert _as_of(dynamics, key, ts(3, 11))["rsvp_count"] == 2
+    assert _as_of(dynamics, key, ts(3, 11))["rsvp_velocity_6h"] == pytest.approx(1 / 6)
+    assert _as_of(dynamics, key, ts(3, 17))["rsvp_velocity_6h"] == 0.0
+    assert _as_of(dynamics, key, ts(3, 12))["fill_rate"] == pytest.approx(0.9)
+    social = T.social_counts(friendships, rsvps).collect()
+    pair = {"user_id": "u", "event_id": "e"}
+    assert _as_of(social, pair, ts(2, 19)) is None  # f1's friendship arrives at 20:00
+    assert _as_of(social, pair, ts(2, 20))["friends_going"] == 1
+    assert _as_of(social, pair, ts(3, 10))["friends_going"] == 1  # f2's RSVP arrives on day 3, 11:00
+    assert _as_of(social, pair, ts(3, 11))["friends_going"] == 2
 
 
 def test_user_features_see_only_their_past(spark) -> None:  # type: ignore[no-untyped-def]
