@@ -19,10 +19,10 @@ promoted -> index -> materialize) runs once with ``TURNOUT_PROFILE=local`` and o
   server, features from Redis) with every dependency ok and a Redis connection on the capacity db;
 * ``ops/cluster-down.sh`` stops everything it started, also when an assertion fails.
 
-Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1``: ``make
-test-cluster`` sets it and runs it in a pytest process of its own (no suite JVM beside its servers).
-It is not part of ``make test`` (CI): the batch path twice and a Spark cluster take ~16 minutes on
-two cores, which CI's 90 minutes cannot also hold.
+Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1``: ``make test``
+(CI) sets it after the suite and runs it in a pytest process of its own (no suite JVM beside its
+servers), and ``make test-cluster`` runs it alone. The batch path twice and a Spark cluster take
+11-16 minutes on two cores.
 """
 
 from __future__ import annotations
