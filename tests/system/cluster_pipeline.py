@@ -23,15 +23,17 @@ from tests.integration.training_world import AS_OF, build_trained_world
 RUN_COLUMNS = {"_run_id", "_ingested_at", "quarantined_at"}
 
 
-def table_hash(spark: Any, path: str, by_column: bool = False) -> dict[str, Any]:
-    """Row count and an order-free hash of every row (all columns but the run's own).
+def table_hash(
+    spark: Any, path: str, by_column: bool = False, ignore: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Row count and an order-free hash of every row (all columns but the run's own and ``ignore``).
 
     ``by_column`` adds one order-free hash per column, so a difference names its columns.
     """
     from pyspark.sql import functions as F
 
     frame = spark.read.format("delta").load(path)
-    columns = sorted(c for c in frame.columns if c not in RUN_COLUMNS)
+    columns = sorted(c for c in frame.columns if c not in RUN_COLUMNS and c not in ignore)
     hashes = {"_row": F.xxhash64(*[F.col(c) for c in columns])}
     if by_column:
         hashes |= {c: F.xxhash64(F.col(c)) for c in columns}
