@@ -701,20 +701,20 @@ def social_counts(friendships: DataFrame, rsvps: DataFrame) -> DataFrame:
     """gold.social: for (user, event), how many friends had RSVPed by each instant.
 
     A friend's RSVP counts from the later of the RSVP and the friendship: a friendship formed
-    after the RSVP still makes that friend "going" from then on, never before. The two count as
-    serving sees them: the RSVP from its own instant (serving reads friends' RSVPs live from the
-    booking path's store), the friendship from when it became known (``known_at``: serving's
-    friend lists come from the published catalog, built from what was delivered). A friend's
-    first RSVP to the event is the one counted.
+    after the RSVP still makes that friend "going" from then on, never before. Both count from
+    when they became known (``known_at``), and a friend's first RSVP to the event is the one
+    counted. Serving counts friends' RSVPs live from the booking path's store, but a training set
+    sees a gold row only from its ``created`` (the run that read its input) either way; counted
+    at its own instant, a backfill would stamp the row before the hourly runs did.
     """
     friend_rsvps = rsvps.groupBy(F.col("user_id").alias("friend_id"), "event_id").agg(
-        F.min("rsvp_at").alias("_rsvp_at")
+        F.min(known_at("rsvp_at")).alias("_rsvp_known")
     )
     friends = friendships.select("user_id", "friend_id", known_at("created_at").alias("_friends_known"))
     pairs = friend_rsvps.join(friends, "friend_id").select(
         "user_id",
         "event_id",
-        F.greatest("_rsvp_at", "_friends_known").alias("event_timestamp"),
+        F.greatest("_rsvp_known", "_friends_known").alias("event_timestamp"),
         F.lit(0).alias("_order"),
     )
     w = _stream_window(["user_id", "event_id"])

@@ -92,10 +92,9 @@ def test_event_dynamics_velocity_decays_and_fill_is_damped(spark) -> None:  # ty
 
 
 def test_late_deliveries_count_from_their_delivery(spark) -> None:  # type: ignore[no-untyped-def]
-    """An RSVP or a capacity snapshot delivered a day late was not in the online store before its
-    delivery, nor a friendship in the published catalog: event_dynamics counts the first two and
-    social the friendship from their delivery, never earlier. Social counts the RSVP from its
-    instant: serving reads friends' RSVPs live from the booking path's store."""
+    """An RSVP, a capacity snapshot or a friendship delivered a day late was not in the online
+    store or the published catalog before its delivery: event_dynamics and social count it from
+    then, never earlier."""
     events = spark.createDataFrame([("e", ts(1), 10)], "event_id string, created_at timestamp, capacity long")
     rsvps = spark.createDataFrame(
         [("f1", "e", ts(2, 10), hour_key(ts(2, 10))), ("f2", "e", ts(2, 11), hour_key(ts(3, 11)))],
@@ -119,10 +118,10 @@ def test_late_deliveries_count_from_their_delivery(spark) -> None:  # type: igno
     assert _as_of(dynamics, key, ts(3, 12))["fill_rate"] == pytest.approx(0.9)
     social = T.social_counts(friendships, rsvps).collect()
     pair = {"user_id": "u", "event_id": "e"}
-    assert _as_of(social, pair, ts(2, 10, 59)) is None  # f1 RSVPed at 10:00, but is no friend yet
-    assert _as_of(social, pair, ts(2, 11))["friends_going"] == 1  # f2: live at 11:00, delivered day 3
-    assert _as_of(social, pair, ts(2, 19, 59))["friends_going"] == 1
-    assert _as_of(social, pair, ts(2, 20))["friends_going"] == 2  # f1's friendship delivered at 20:00
+    assert _as_of(social, pair, ts(2, 19, 59)) is None  # f1's friendship arrives at 20:00
+    assert _as_of(social, pair, ts(2, 20))["friends_going"] == 1
+    assert _as_of(social, pair, ts(3, 10, 59))["friends_going"] == 1  # f2's RSVP arrives on day 3, 11:00
+    assert _as_of(social, pair, ts(3, 11))["friends_going"] == 2
 
 
 def test_user_features_see_only_their_past(spark) -> None:  # type: ignore[no-untyped-def]
