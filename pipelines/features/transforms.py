@@ -294,7 +294,9 @@ def user_features(
         {
             "p_att_k": F.sum("a"),
             "p_att_n": F.count("a").cast("double"),
-            "p_logd": F.sum("logd"),
+            # Log distances are not whole numbers: summed as decimals, so no row order (a local
+            # session's or a cluster's) changes the metro's typical distance in its last digit.
+            "p_logd": F.sum(F.col("logd").cast("decimal(38,12)")).cast("double"),
             "p_logd_n": F.count("logd").cast("double"),
         },
         days,
