@@ -63,7 +63,8 @@ def read_silver(spark: SparkSession, settings: Settings, end: datetime | None) -
     """Every silver input as a run ending at ``end`` sees it: delivered before ``end`` and known by then.
 
     Also ``user_versions``: every version of every user so delivered and known (bronze's rows), for
-    features that need a profile as it stood (``user_features``).
+    features that need a profile as it stood (``user_features``); and ``event_first_delivered``:
+    when each event's first version was delivered (an event's creation row in ``event_dynamics``).
 
     Delivery decides what the run could have read (``pipelines.silver.as_delivered_by``), so a
     re-run or backfill of a past interval reads what its live run read; ``KNOWN_AT`` hides rows
@@ -74,6 +75,11 @@ def read_silver(spark: SparkSession, settings: Settings, end: datetime | None) -
     from pipelines.silver import as_delivered_by, versions_delivered_by
 
     versions = versions_delivered_by(spark, settings, "users", end)
+    first_delivered = (
+        versions_delivered_by(spark, settings, "events", end)
+        .groupBy("event_id")
+        .agg(F.min("_delivered").alias("_delivered"))
+    )
     if end is None:
         silver = {n: spark.read.format("delta").load(settings.lake.table_path("silver", n)) for n in KNOWN_AT}
     else:
@@ -82,7 +88,7 @@ def read_silver(spark: SparkSession, settings: Settings, end: datetime | None) -
             n: as_delivered_by(spark, settings, n, end).filter(F.col(k) < before) for n, k in KNOWN_AT.items()
         }
         versions = versions.filter(F.col(KNOWN_AT["users"]) < before)
-    return {**silver, "user_versions": versions}
+    return {**silver, "user_versions": versions, "event_first_delivered": first_delivered}
 
 
 def venues_with_cells(venues: DataFrame, settings: Settings) -> DataFrame:
@@ -127,6 +133,8 @@ def _merge_window(
     """Make the table's rows with event_timestamp in [lo, hi) equal ``rows`` (restricted likewise)."""
     from delta.tables import DeltaTable
 
+    from pipelines.features.transforms import KNOWN_BY
+
     def in_window(prefix: str) -> str:
         parts = []
         if lo is not None:
@@ -135,7 +143,7 @@ def _merge_window(
             parts.append(f"{prefix}event_timestamp < TIMESTAMP '{hi:%Y-%m-%d %H:%M:%S}'")
         return " AND ".join(parts) or "true"
 
-    rows = rows.filter(in_window("")).withColumn("created", created)
+    rows = rows.filter(in_window("")).withColumn("created", created).drop(KNOWN_BY)
     table = DeltaTable.createIfNotExists(spark).location(path).addColumns(rows.schema).execute()
     values = [c for c in rows.columns if c not in (*keys, "event_timestamp", "created")]
     on = " AND ".join(f"t.{k} <=> s.{k}" for k in (*keys, "event_timestamp"))
@@ -188,7 +196,11 @@ def compute_gold(
     gold = {
         "user_features": user,
         "event_features": event_feats,
-        "event_dynamics": T.event_dynamics(events, silver["rsvps"], silver["capacity_snapshots"]),
+        "event_dynamics": T.event_dynamics(
+            events.drop("_delivered").join(silver["event_first_delivered"], "event_id"),
+            silver["rsvps"],
+            silver["capacity_snapshots"],
+        ),
         "organizer_stats": org,
         "venue_stats": ven.drop("venue_event_count"),
         "series_stats": T.series_stats(silver["attendance"], silver["ratings"], events),
@@ -254,10 +266,11 @@ def written_since(start: datetime | None) -> datetime | None:
     return None if start is None else start - LATE_ARRIVAL_WINDOW
 
 
-def created_stamp(start: datetime | None, end: datetime | None) -> Column:
+def created_stamp(start: datetime | None, end: datetime | None, known_by: Column | None = None) -> Column:
     """When a row counts as written: never the wall clock, so re-runs write identical rows.
 
-    At the end of the hour its value became known, as hourly runs would have written it, but
+    At the end of the hour its value became known, as hourly runs would have written it (for a row
+    at a fact's own instant, the end of the hour that delivered its newest input: ``known_by``), but
     within the run's window: no earlier than the end of the window's first hour (an hourly run
     over [start, start + 1h) writes its late-arrival rows then) and no later than its end. So
     an hourly run stamps every row at its end, and a run over a longer window (a backfill, an
@@ -268,6 +281,8 @@ def created_stamp(start: datetime | None, end: datetime | None) -> Column:
     from pyspark.sql import functions as F
 
     stamp = F.date_trunc("hour", F.col("event_timestamp")) + F.expr("INTERVAL 1 HOUR")
+    if known_by is not None:
+        stamp = F.greatest(stamp, known_by + F.expr("INTERVAL 1 HOUR"))  # greatest skips a null
     if start is not None:
         stamp = F.greatest(stamp, F.lit((start + timedelta(hours=1)).astimezone(UTC).replace(tzinfo=None)))
     if end is not None:
@@ -283,6 +298,9 @@ def build_gold(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Silver -> every gold feature table for [start, end); returns what was written per table."""
+    from pyspark.sql import functions as F
+
+    from pipelines.features.transforms import KNOWN_BY
     from pipelines.spark import get_spark
 
     spark = get_spark(settings)
@@ -303,7 +321,7 @@ def build_gold(
             GOLD_KEYS[name],
             lo,
             hi,
-            created_stamp(start, end),
+            created_stamp(start, end, F.col(KNOWN_BY) if KNOWN_BY in rows.columns else None),
         )
         log.info("gold.%s %s", name, written[name])
     if progress:

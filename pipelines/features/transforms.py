@@ -42,6 +42,11 @@ SERIES_HALF_LIFE_INSTANCES = 8.0
 TRAVEL_RESOLUTION = 7  # res-7 cells carry travel time (design: ~5 km is honest for one estimate)
 OVERALL_FOLLOW_THROUGH = 0.62  # design: 62% of RSVPs become attendance
 METRO_PRIOR_M = 20.0
+# A row stamped at its fact's own instant (a profile version, an event's creation) can hold a
+# value delivered later, with the next hour's export. Such rows carry the newest delivery behind
+# their value here, so their ``created`` is no earlier than the hourly run that could write it
+# (``jobs.created_stamp``); the column is not written to gold.
+KNOWN_BY = "_known_by"
 
 
 def haversine_km(lat1: Column, lng1: Column, lat2: Column, lng2: Column) -> Column:
@@ -75,13 +80,27 @@ def _last_row_per_instant(df: DataFrame, keys: Sequence[str]) -> DataFrame:
     return df.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn", "_order")
 
 
+def exact_sum(values: Column, window: WindowSpec | None = None) -> Column:
+    """The sum of doubles that are not whole numbers, added as decimals (12 places): a double sum
+    depends on the order Spark adds the rows in, which differs between a local session and a
+    cluster, and between runs among rows tied in a window's order (a decayed series weight, a log
+    distance, a squared rate), so a feature would move in its last digit."""
+    total = F.sum(values.cast("decimal(38,12)"))
+    return (total if window is None else total.over(window)).cast("double")
+
+
 def known_at(instant: str) -> Column:
     """When a silver row's fact became known: its own instant, or its delivery hour if later.
 
     A fact delivered late (an impression logged at 23:50, delivered in the next day's first hour)
     was not known before its delivery, and an hourly run could not have read it earlier.
     """
-    return F.greatest(F.col(instant), F.to_timestamp("_delivered", "yyyy-MM-dd'T'HH"))
+    return F.greatest(F.col(instant), delivered_at())
+
+
+def delivered_at() -> Column:
+    """The start of the landing hour a silver or bronze row was delivered in (``_delivered``)."""
+    return F.to_timestamp("_delivered", "yyyy-MM-dd'T'HH")
 
 
 def daily_priors(
@@ -159,7 +178,7 @@ def daily_pseudocounts(
             F.sum(groups).alias(f"{name}_g"),
             F.sum(trials).alias(f"{name}_n"),
             F.sum(successes).alias(f"{name}_k"),
-            F.sum(squares.cast("decimal(38,12)")).cast("double").alias(f"{name}_q"),
+            exact_sum(squares).alias(f"{name}_q"),
         )
     ]
     totals = population.groupBy("day").agg(*sums).toPandas().fillna(0.0).sort_values("day")
@@ -230,6 +249,7 @@ def user_features(
         "home_lat",
         "home_lng",
         F.coalesce(F.col("onboarding_categories"), F.array().cast("array<string>")).alias("onboarding"),
+        delivered_at().alias(KNOWN_BY),
     )
     rsvp_rows = rsvps.join(ctx, "event_id").select(
         "user_id", known_at("rsvp_at").alias("event_timestamp"), F.lit(1).alias("_order"), "category"
@@ -255,6 +275,7 @@ def user_features(
             F.last(c, ignorenulls=True).over(w).alias(c)
             for c in ("metro", "home_lat", "home_lng", "onboarding")
         ],
+        F.max(KNOWN_BY).over(w).alias(KNOWN_BY),
         "category",
         "attended",
         "venue_lat",
@@ -269,6 +290,7 @@ def user_features(
         "home_lat",
         "home_lng",
         "onboarding",
+        KNOWN_BY,
         F.count("category").over(w).alias("history_depth"),
         *[F.sum(F.when(F.col("category") == c, 1).otherwise(0)).over(w).alias(f"_n_{c}") for c in CATEGORIES],
         F.count("attended").over(w).alias("_obs"),
@@ -294,9 +316,7 @@ def user_features(
         {
             "p_att_k": F.sum("a"),
             "p_att_n": F.count("a").cast("double"),
-            # Log distances are not whole numbers: summed as decimals, so no row order (a local
-            # session's or a cluster's) changes the metro's typical distance in its last digit.
-            "p_logd": F.sum(F.col("logd").cast("decimal(38,12)")).cast("double"),
+            "p_logd": exact_sum(F.col("logd")),
             "p_logd_n": F.count("logd").cast("double"),
         },
         days,
@@ -379,6 +399,7 @@ def user_features(
         ),
         F.when(n_onb > 0, 1).otherwise(0).cast("long").alias("onboarded"),
         *aff_cols,
+        KNOWN_BY,
     )
     return out, fitted
 
@@ -432,6 +453,7 @@ def event_features(events: DataFrame, venues_with_cells: DataFrame, holidays: Da
         "cell5",
         "cell7",
         F.concat_ws("|", "metro", "category", how.cast("string")).alias("market_key"),
+        delivered_at().alias(KNOWN_BY),
     )
 
 
@@ -448,9 +470,15 @@ def event_dynamics(events: DataFrame, rsvps: DataFrame, snapshots: DataFrame) ->
     RSVP, so a point-in-time lookup sees the velocity decay instead of a stale burst. RSVPs and
     snapshots count from when they became known (``known_at``): one delivered a day late raises
     the count from its delivery on, as the online store saw it, never in the hours before.
+    ``events`` has one row per event, its ``_delivered`` being its first version's: the creation
+    row is known from then (``KNOWN_BY``), whatever a later correction changed.
     """
     created = events.select(
-        "event_id", F.col("created_at").alias("event_timestamp"), F.lit(0).alias("_order"), "capacity"
+        "event_id",
+        F.col("created_at").alias("event_timestamp"),
+        F.lit(0).alias("_order"),
+        "capacity",
+        delivered_at().alias(KNOWN_BY),
     )
     rsvp = rsvps.select("event_id", known_at("rsvp_at").alias("event_timestamp"), F.lit(1).alias("_order"))
     expiry = rsvp.select(
@@ -486,6 +514,7 @@ def event_dynamics(events: DataFrame, rsvps: DataFrame, snapshots: DataFrame) ->
         F.coalesce(
             F.last("_snap_capacity", ignorenulls=True).over(w), F.last("capacity", ignorenulls=True).over(w)
         ).alias("_cap"),
+        KNOWN_BY,
     )
     taken = F.greatest(F.coalesce(F.col("_seats"), F.lit(0)), F.col("rsvp_count"))
     return _last_row_per_instant(running, ["event_id"]).select(
@@ -494,6 +523,7 @@ def event_dynamics(events: DataFrame, rsvps: DataFrame, snapshots: DataFrame) ->
         F.col("rsvp_count").cast("long"),
         damp_fill_rate(F.least(taken / F.col("_cap"), F.lit(1.0))).alias("fill_rate"),
         (F.col("_rsvps_6h") / 6.0).alias("rsvp_velocity_6h"),
+        KNOWN_BY,
     )
 
 
@@ -589,10 +619,10 @@ def series_stats(attendance: DataFrame, ratings: DataFrame, events: DataFrame) -
         "event_timestamp",
         "_order",
         F.max("_k").over(w).alias("_k_newest"),
-        F.sum(F.when(F.col("_att").isNotNull(), F.col("_w"))).over(w).alias("_wn"),
-        F.sum(F.col("_att") * F.col("_w")).over(w).alias("_wk"),
-        F.sum(F.when(F.col("_rating").isNotNull(), F.col("_w"))).over(w).alias("_wr"),
-        F.sum(F.col("_rating") * F.col("_w")).over(w).alias("_wsr"),
+        exact_sum(F.when(F.col("_att").isNotNull(), F.col("_w")), w).alias("_wn"),
+        exact_sum(F.col("_att") * F.col("_w"), w).alias("_wk"),
+        exact_sum(F.when(F.col("_rating").isNotNull(), F.col("_w")), w).alias("_wr"),
+        exact_sum(F.col("_rating") * F.col("_w"), w).alias("_wsr"),
         F.size(F.collect_set("event_id").over(w)).alias("_instances"),
     )
     rows = _last_row_per_instant(running, ["series_id"])

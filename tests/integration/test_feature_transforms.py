@@ -64,7 +64,10 @@ def test_social_counts_friends_going_point_in_time(spark) -> None:  # type: igno
 
 
 def test_event_dynamics_velocity_decays_and_fill_is_damped(spark) -> None:  # type: ignore[no-untyped-def]
-    events = spark.createDataFrame([("e", ts(1), 10)], "event_id string, created_at timestamp, capacity long")
+    events = on_time(
+        spark.createDataFrame([("e", ts(1), 10)], "event_id string, created_at timestamp, capacity long"),
+        "created_at",
+    )
     rsvps = on_time(
         spark.createDataFrame(
             [("e", ts(2, 10)), ("e", ts(2, 11)), ("e", ts(2, 11)), ("e", ts(3, 9))],
@@ -95,7 +98,10 @@ def test_late_deliveries_count_from_their_delivery(spark) -> None:  # type: igno
     """An RSVP, a capacity snapshot or a friendship delivered a day late was not in the online
     store or the published catalog before its delivery: event_dynamics and social count it from
     then, never earlier."""
-    events = spark.createDataFrame([("e", ts(1), 10)], "event_id string, created_at timestamp, capacity long")
+    events = on_time(
+        spark.createDataFrame([("e", ts(1), 10)], "event_id string, created_at timestamp, capacity long"),
+        "created_at",
+    )
     rsvps = spark.createDataFrame(
         [("f1", "e", ts(2, 10), hour_key(ts(2, 10))), ("f2", "e", ts(2, 11), hour_key(ts(3, 11)))],
         "user_id string, event_id string, rsvp_at timestamp, _delivered string",
@@ -342,3 +348,22 @@ def test_created_stamps_are_what_hourly_runs_would_have_written(spark) -> None: 
     assert stamps(ts(8, 12), ts(8, 16)) == [ts(8, 13), ts(8, 14), ts(8, 16)]
     assert stamps(None, ts(8, 15)) == [ts(5, 4), ts(8, 14), ts(8, 15)]
     assert stamps(None, None) == [ts(5, 4), ts(8, 14), ts(8, 16)]
+
+
+def test_a_row_is_stamped_no_earlier_than_the_hour_that_delivered_its_value(spark) -> None:  # type: ignore[no-untyped-def]
+    """A profile edited at 13:05 and delivered with the 14:00 export is first read by the hourly
+    run over [14:00, 15:00): a backfill stamps its row 15:00 too, not 14:00."""
+    from pipelines.features.jobs import created_stamp
+
+    rows = spark.createDataFrame(
+        [(ts(8, 13, 5), ts(8, 14)), (ts(8, 13, 10), ts(8, 13)), (ts(8, 13, 20), None)],
+        "event_timestamp timestamp, known_by timestamp",
+    )
+
+    def stamps(end: datetime) -> list[datetime]:
+        stamp = created_stamp(None, end.replace(tzinfo=UTC), T.F.col("known_by"))
+        return [r[0] for r in rows.orderBy("event_timestamp").select(stamp).collect()]
+
+    assert stamps(ts(8, 16)) == [ts(8, 15), ts(8, 14), ts(8, 14)]
+    assert stamps(ts(8, 15)) == [ts(8, 15), ts(8, 14), ts(8, 14)]
+    assert stamps(ts(8, 14)) == [ts(8, 14)] * 3  # never after the run's end
