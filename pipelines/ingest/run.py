@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 QUARANTINE_TABLE = ("quarantine", "landing")
+# What ``read_landing`` returns for an entity's lines (Spark DDL).
+LANDING_LINES = "_raw string, _source_file string NOT NULL, _delivered string"
 SILVER_TABLES: tuple[str, ...] = tuple(ENTITIES)
 
 
@@ -129,6 +131,19 @@ def _merge_insert_only(spark: SparkSession, path: str, rows: DataFrame, key: str
     return int(metrics.first()["num_inserted_rows"])
 
 
+def _bronze_versions(parsed: DataFrame, name: str, run_id: str) -> DataFrame:
+    """Parsed landing lines -> the bronze rows to insert: valid, one per version, with bookkeeping."""
+    from pyspark.sql import functions as F
+
+    from pipelines.ingest.transforms import dedupe_versions, split_valid
+
+    return (
+        dedupe_versions(split_valid(parsed)[0], ENTITIES[name])
+        .drop("_raw", "_reason")
+        .withColumns({"_run_id": F.lit(run_id), "_ingested_at": F.current_timestamp()})
+    )
+
+
 def _quarantine_rows(bad: DataFrame, entity: str, run_id: str) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -161,10 +176,9 @@ def ingest_bronze(
     from functools import reduce
 
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     from pipelines.ingest.expectations import USABLE, batch_summary, validate_summary
-    from pipelines.ingest.transforms import dedupe_versions, parse_landing, split_valid
+    from pipelines.ingest.transforms import parse_landing, split_valid
     from pipelines.spark import get_spark
 
     spark = get_spark(settings)
@@ -198,6 +212,16 @@ def ingest_bronze(
         usable = summary[summary["check"] == USABLE]
         unusable = dict(zip(usable["entity"].astype(str), usable["failing"].astype(int), strict=True))
 
+    # Every entity has its bronze table from the first delivery on, empty until its first line, so
+    # readers find one for each entity even in a world where, say, no event was ever cancelled.
+    for name in names if parsed else []:
+        path = settings.lake.table_path("bronze", name)
+        if name not in parsed and not _path_exists(spark, path):
+            empty = spark.createDataFrame([], LANDING_LINES)
+            _ensure_table(
+                spark, path, _bronze_versions(parse_landing(empty, ENTITIES[name]), name, run_id).schema
+            )
+
     # One quarantine write for the whole delivery.
     bad_rows = [
         _quarantine_rows(split_valid(df)[1], name, run_id) for name, df in parsed.items() if unusable[name]
@@ -208,15 +232,12 @@ def ingest_bronze(
     for i, (name, frame) in enumerate(parsed.items()):
         if progress:
             progress(f"bronze {name}", i, len(parsed))
-        entity = ENTITIES[name]
         counts = TableCounts(read=int(rows[name]), quarantined=unusable[name])
-        versions = (
-            dedupe_versions(split_valid(frame)[0], entity)
-            .drop("_raw", "_reason")
-            .withColumns({"_run_id": F.lit(run_id), "_ingested_at": F.current_timestamp()})
-        )
         counts.written = _merge_insert_only(
-            spark, settings.lake.table_path("bronze", name), versions, "_record_id"
+            spark,
+            settings.lake.table_path("bronze", name),
+            _bronze_versions(frame, name, run_id),
+            "_record_id",
         )
         counts.deduplicated = counts.read - counts.quarantined - counts.written
         frame.unpersist()
@@ -247,6 +268,12 @@ def build_silver(
     spark = get_spark(settings)
     start_key, end_key = _hour_key(start, "0000-00-00T00"), _hour_key(end, "9999-99-99T99")
     names = [n for n in (entities or ENTITIES) if _path_exists(spark, settings.lake.table_path("bronze", n))]
+    # Like bronze, every entity's silver table exists from the first build on, empty or not.
+    for name in ENTITIES:
+        bronze_path, path = settings.lake.table_path("bronze", name), settings.lake.table_path("silver", name)
+        if not _path_exists(spark, path) and _path_exists(spark, bronze_path):
+            bronze = spark.read.format("delta").load(bronze_path)
+            _ensure_table(spark, path, silver_rows(bronze, ENTITIES[name]).schema)
     out: dict[str, dict[str, int]] = {}
     for i, name in enumerate(names):
         if progress:

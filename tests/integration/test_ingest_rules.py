@@ -206,3 +206,77 @@ def test_ingesting_again_or_from_a_moved_home_adds_no_quarantine_row(spark, tmp_
     assert (
         sorted(r["_quarantine_id"] for r in _table(spark, moved, "quarantine", "landing").collect()) == first
     )
+
+
+def test_every_entity_has_its_tables_from_the_first_ingest_on(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Gold reads every silver table, so a world where no event was ever cancelled must still have
+    ``silver.event_cancellations``. The first cancellation, later, lands in the table made empty."""
+    from contracts.landing import ENTITIES
+    from pipelines.ingest.run import ingest_interval
+
+    six, seven, eight = (datetime(2026, 11, 1, h, tzinfo=UTC) for h in (6, 7, 8))
+    cancelled = {"event_id": "e1", "cancelled_at": "2026-11-01T07:10:00Z", "reason": "weather"}
+    settings, other = make_settings(tmp_path / "home"), make_settings(tmp_path / "other")
+    write_lines(settings.landing.root, "events", "2026-11-01T06", [event("e1")])
+
+    first = ingest_interval(settings, six, seven, run_id="first")
+
+    assert first["delivered"] == ["events"]
+    for layer in ("bronze", "silver"):
+        counts = {name: _table(spark, settings, layer, name).count() for name in ENTITIES}
+        assert counts == {name: int(name == "events") for name in ENTITIES}
+
+    write_lines(settings.landing.root, "event_cancellations", "2026-11-01T07", [cancelled])
+    second = ingest_interval(settings, seven, eight, run_id="second")
+
+    assert second["silver"]["event_cancellations"] == {"merged": 1, "rows": 1}
+    # A table made empty has the schema a first line would have given it.
+    write_lines(other.landing.root, "event_cancellations", "2026-11-01T07", [cancelled])
+    ingest_interval(other, seven, eight, run_id="other")
+    for layer in ("bronze", "silver"):
+        made_empty = _table(spark, settings, layer, "event_cancellations").schema
+        assert made_empty == _table(spark, other, layer, "event_cancellations").schema
+
+
+def test_a_corrected_event_keeps_its_creation_row_from_its_first_delivery(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An event created at 06:10 and delivered with the 07:00 export, its title corrected at 09:10:
+    one run over the whole history stamps its all-zero ``event_dynamics`` creation row at 08:00,
+    as the hourly run that first read it did, and its ``event_features`` row (the latest version's
+    attributes) at 11:00, after the correction's delivery: no earlier than an hourly run had it."""
+    from pipelines.features.jobs import build_gold
+    from pipelines.ingest.run import ingest_interval
+
+    settings = make_settings(tmp_path / "home")
+    root = settings.landing.root
+    user = {
+        "user_id": "u1",
+        "metro": "nyc",
+        "home_lat": 40.7,
+        "home_lng": -74.0,
+        "signup_at": "2026-11-01T06:00:00Z",
+        "updated_at": "2026-11-01T06:00:00Z",
+    }
+    venue = {
+        "venue_id": "v1",
+        "name": "Hall",
+        "metro": "nyc",
+        "lat": 40.71,
+        "lng": -74.0,
+        "timezone": "America/New_York",
+        "created_at": "2026-11-01T06:00:00Z",
+    }
+    write_lines(root, "users", "2026-11-01T06", [user])
+    write_lines(root, "venues", "2026-11-01T06", [venue])
+    created = {"created_at": "2026-11-01T06:10:00Z", "updated_at": "2026-11-01T06:10:00Z"}
+    write_lines(root, "events", "2026-11-01T07", [event("e1", **created)])
+    corrected = {**created, "title": "Event e1, new title", "updated_at": "2026-11-01T09:10:00Z"}
+    write_lines(root, "events", "2026-11-01T10", [event("e1", **corrected)])
+    ingest_interval(settings, None, None, run_id="all")
+
+    build_gold(settings, None, datetime(2026, 11, 1, 12, tzinfo=UTC), run_id="backfill")
+
+    def created_of(table: str) -> list[datetime]:
+        return [r["created"] for r in _table(spark, settings, "gold", table).collect()]
+
+    assert created_of("event_dynamics") == [datetime(2026, 11, 1, 8)]
+    assert created_of("event_features") == [datetime(2026, 11, 1, 11)]
