@@ -74,10 +74,12 @@ typecheck: setup ## mypy.
 unit: setup .cache/jars-s3/.fetched ## Unit tests only (no engines).
 	$(BIN)/pytest -m "not integration"
 
-test: setup .cache/jars-s3/.fetched lint typecheck ## ruff, mypy and the whole pytest suite (what CI runs).
+test: setup .cache/jars-s3/.fetched lint typecheck ## ruff, mypy, the pytest suite, then the cluster test (what CI runs).
 	$(BIN)/pytest
+	@# In a pytest process of its own: no suite JVM beside the Spark cluster's.
+	TURNOUT_CLUSTER_TEST=1 $(BIN)/pytest tests/system/test_cluster.py
 
-test-cluster: setup .cache/jars-s3/.fetched ## The cluster profile on real servers against the local profile (~9 min; not in CI).
+test-cluster: setup .cache/jars-s3/.fetched ## Only the cluster profile on real servers against the local profile (~10 min).
 	TURNOUT_CLUSTER_TEST=1 $(BIN)/pytest tests/system/test_cluster.py
 
 docs: setup ## Regenerate docs/landing-schema.md from the code.

@@ -19,13 +19,11 @@ promoted -> index -> materialize) runs once with ``TURNOUT_PROFILE=local`` and o
   server, features from Redis) with every dependency ok and a Redis connection on the capacity db;
 * ``ops/cluster-down.sh`` stops everything it started, also when an assertion fails.
 
-Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1``: ``make
-test-cluster`` sets it and runs it in a pytest process of its own (no suite JVM beside its servers).
-It is not part of ``make test`` (CI): it took ~9 minutes alone, which CI could now hold, but at
-2343cfb one run of three found ``gold.user_features`` different across the profiles:
-``travel_tolerance_km`` in 87 rows, in the 16th digit. The metro prior it shrinks toward sums
-doubles (``p_logd``) in the order Spark returns them. That sum is exact (decimal) since; one pass
-after the fix cannot show a 1-in-3 failure gone, so it stays out of CI until it has passed more.
+Select it with ``pytest -k cluster``. It runs only with ``TURNOUT_CLUSTER_TEST=1``: ``make test``
+(CI) sets it after the suite and runs it in a pytest process of its own (no suite JVM beside its
+servers), and ``make test-cluster`` runs it alone (~10 minutes on two cores). Its failures so far
+were sums of doubles in Spark's row order, which differs between a local session and a cluster
+(``transforms.exact_sum``).
 """
 
 from __future__ import annotations
