@@ -135,7 +135,12 @@ class Head:
     def uses_embeddings(self) -> bool:
         return any(c.startswith(f"{EMBEDDING_COLUMN}_") for c in self.columns)
 
-    def _matrix(self, x: pd.DataFrame) -> np.ndarray:
+    def _matrix(self, x: pd.DataFrame | np.ndarray) -> np.ndarray:
+        """The model's input matrix; an array is taken to hold ``columns`` already, in order."""
+        if isinstance(x, np.ndarray):
+            if x.ndim != 2 or x.shape[1] != len(self.columns):
+                raise ValueError(f"{self.name} head reads {len(self.columns)} columns, got shape {x.shape}")
+            return x
         return x[self.columns].to_numpy(dtype=np.float64)
 
     def raw(self, x: pd.DataFrame, num_threads: int = 0) -> np.ndarray:
@@ -144,8 +149,9 @@ class Head:
             return self.compiled["full"].predict(self._matrix(x), num_threads)
         return np.asarray(self.booster.predict(x[self.columns], num_threads=num_threads), dtype=float)
 
-    def first_trees_raw(self, x: pd.DataFrame, trees: int, num_threads: int = 0) -> np.ndarray:
-        """Raw score of the first ``trees`` trees only (the funnel's first stage)."""
+    def first_trees_raw(self, x: pd.DataFrame | np.ndarray, trees: int, num_threads: int = 0) -> np.ndarray:
+        """Raw score of the first ``trees`` trees only (the funnel's first stage); ``x`` a frame,
+        or a matrix of ``columns`` in order."""
         first = self.compiled.get("first")
         if first is not None and first.trees == trees:
             return first.predict(self._matrix(x), num_threads)

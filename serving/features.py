@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from contracts.geo import distance_band, haversine_km
 from serving.snapshot import EventSnapshot
@@ -119,22 +118,26 @@ def assemble(
     now_ts: float,
     friends_going: F64,
     offsets_min: F64,
-) -> pd.DataFrame:
-    """The model frame for snapshot ``rows``: float64, one column per name in ``columns``.
+) -> F64:
+    """The model rows for snapshot ``rows``: float64, C order, one column per name in ``columns``,
+    in that order (a head's own ``columns`` give the matrix its compiled trees read as is).
 
     ``user`` None is the cold-start path: every user feature is missing (NaN), which is what the
     heads saw in training for users without a row. ``offsets_min`` is ``zone_offsets_min`` of
     the snapshot's zones: the request's local hour of week is read in the venue's zone, as the
-    training rows were built.
+    training rows were built. ``friends_going`` is per row of ``rows``.
     """
     n = len(rows)
-    x = np.full((n, len(columns)), np.nan)
     positions = snapshot.column_positions(columns)
-    event_cols = np.flatnonzero(positions >= 0)
-    if len(event_cols):
-        # Rows first, then columns: two contiguous gathers, ~3x faster than one np.ix_ gather.
+    from_snapshot = positions >= 0
+    if from_snapshot.any():
+        # Rows first, then columns: two contiguous gathers, ~2x faster than one 2-D fancy index,
+        # and the second writes the final matrix (columns the snapshot lacks take column 0 here
+        # and are overwritten below).
         picked = np.take(snapshot.features, rows, axis=0)
-        x[:, event_cols] = np.take(picked, positions[event_cols], axis=1)
+        x = np.take(picked, np.where(from_snapshot, positions, 0), axis=1)
+    else:
+        x = np.empty((n, len(columns)))
     crosses = request_crosses(
         request_lat,
         request_lng,
@@ -148,16 +151,19 @@ def assemble(
         **crosses,
         "friends_going": friends_going,
         "friends_going_bucket": np.minimum(friends_going, 3.0),
-        "category_affinity": _category_affinity(snapshot, rows, user),
     }
     for j, name in enumerate(columns):
-        if positions[j] >= 0:
+        if from_snapshot[j]:
             continue
         if name in request_side:
             x[:, j] = request_side[name]
+        elif name == "category_affinity":
+            x[:, j] = _category_affinity(snapshot, rows, user)
         elif user is not None and name in user.values:
             x[:, j] = user.number(name)
-    return pd.DataFrame(x, columns=columns, copy=False)
+        else:
+            x[:, j] = np.nan
+    return x
 
 
 def _category_affinity(snapshot: EventSnapshot, rows: I64, user: UserRow | None) -> F64:

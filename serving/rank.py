@@ -20,8 +20,9 @@ Bool = npt.NDArray[np.bool_]
 EXPLORATION_KINDS: Final = ("random", "cold_organizer")
 
 
-def prefilter(x: pd.DataFrame, head: Head, trees: int, keep: int, num_threads: int = 1) -> I64:
-    """Positions of the best ``keep`` rows by the first ``trees`` trees of ``head``'s booster.
+def prefilter(x: pd.DataFrame | F64, head: Head, trees: int, keep: int, num_threads: int = 1) -> I64:
+    """Positions of the best ``keep`` rows by the first ``trees`` trees of ``head``'s booster
+    (``x``: a frame, or a matrix of ``head.columns`` in order).
 
     The first stage of the funnel: boosting front-loads the big splits, so the first few dozen
     trees of the same p_rsvp model already order candidates roughly as the whole model does, at a

@@ -29,7 +29,7 @@ def _frame(heads, n: int = 6000):
     offsets = zone_offsets_min(snap.zones, world.now.timestamp())
     user = world.users["u00001"]
     x = assemble(snap, rows, columns, user, 40.72, -74.0, world.now.timestamp(), np.zeros(n), offsets)
-    return x
+    return pd.DataFrame(x, columns=columns)
 
 
 def test_the_first_stage_keeps_the_full_models_top_25(heads) -> None:
@@ -61,7 +61,8 @@ def _assembled(world, heads, event_ids) -> pd.DataFrame:
     friends = np.array([going.get(e, 0) for e in event_ids], dtype=float)
     columns = sorted({*heads[0].columns, *heads[1].columns, "is_free", "history_depth"})
     offsets = zone_offsets_min(snap.zones, world.now.timestamp())
-    return assemble(snap, rows, columns, user, 40.72, -74.0, world.now.timestamp(), friends, offsets)
+    x = assemble(snap, rows, columns, user, 40.72, -74.0, world.now.timestamp(), friends, offsets)
+    return pd.DataFrame(x, columns=columns)
 
 
 def _segments(x: pd.DataFrame) -> np.ndarray:
