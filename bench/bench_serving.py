@@ -70,7 +70,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-HEAVY_HEAD = {"num_leaves": 255, "max_depth": 8, "min_data_in_leaf": 20}
+# The heads' shape: 300 trees each (no early stopping), of 255 leaves to depth 8 (``stress``, the
+# budget's case) or of the 31 leaves ``models.heads.DEFAULT_PARAMS`` trains (``trained``; turnout's
+# early stopping usually keeps fewer than 300 trees).
+HEAD_SHAPES: dict[str, dict[str, Any]] = {
+    "stress": {"num_leaves": 255, "max_depth": 8, "min_data_in_leaf": 20},
+    "trained": {},
+}
 # The entity stats the synthetic catalog draws per event, by the key the online store holds them under.
 ENTITY_STATS = {"organizer_id": ORGANIZER, "venue_id": VENUE, "series_id": SERIES, "market_key": MARKET}
 # What the published catalog holds per live event (``published.catalog``) that the snapshot reads.
@@ -137,6 +143,7 @@ def run_bench(
     progress: Progress | None = None,
     compiled_cache: Path | None = None,
     http_requests: int = 100,
+    head_shape: str = "stress",
 ) -> dict[str, Any]:
     """Serve ``requests`` feeds and time both baselines on the first of the same requests.
 
@@ -153,8 +160,8 @@ def run_bench(
     say(f"building a synthetic metro of {events:,} events and two 300-tree heads...")
     world = with_entity_keys(make_world(n_events=events, n_users=500, seed=seed), seed)
     heads = (
-        make_head("rsvp", rows=12_000, rounds=300, params=HEAVY_HEAD, seed=1),
-        make_head("attend", rows=12_000, rounds=300, params=HEAVY_HEAD, seed=2),
+        make_head("rsvp", rows=12_000, rounds=300, params=HEAD_SHAPES[head_shape], seed=1),
+        make_head("attend", rows=12_000, rounds=300, params=HEAD_SHAPES[head_shape], seed=2),
     )
     plain_heads = heads
     if compiled_cache is not None:
@@ -249,7 +256,10 @@ def run_bench(
         "ns_per_row_tree": {k: round(float(np.median(v)), 1) for k, v in tree_ns.items()},
         "scoring": backend,
         "feed_path_lightgbm_predictor": lightgbm_path,
-        "heads": {h.name: {"trees": h.booster.num_trees(), "columns": len(h.columns)} for h in heads},
+        "heads": {
+            h.name: {"trees": h.booster.num_trees(), "columns": len(h.columns), "shape": head_shape}
+            for h in heads
+        },
         "num_threads": config.num_threads,
         "setup_s": round(setup_s, 1),
     }
@@ -689,6 +699,12 @@ def main() -> None:
         help="score with LightGBM's predictor only (default: compile the heads as registration does, "
         "cached under $TURNOUT_HOME/cache/compiled, and serve the same requests both ways)",
     )
+    parser.add_argument(
+        "--heads",
+        choices=sorted(HEAD_SHAPES),
+        default="stress",
+        help="stress: 300 trees of 255 leaves each (the budget's case); trained: 300 of 31, as turnout trains",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from conf import load_settings
@@ -699,6 +715,7 @@ def main() -> None:
         feast_requests=args.feast_requests,
         progress=lambda message: print(message, file=sys.stderr, flush=True),
         compiled_cache=None if args.no_compile else load_settings().home / "cache" / "compiled",
+        head_shape=args.heads,
     )
     print_table(report)
     if args.json:

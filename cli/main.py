@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -602,6 +602,13 @@ def bench_serving(
             "cached under $TURNOUT_HOME/cache/compiled, and serve the same requests both ways).",
         ),
     ] = False,
+    heads: Annotated[
+        Literal["stress", "trained"],
+        typer.Option(
+            help="stress: two 300-tree heads of 255 leaves (the budget's case); trained: 300 trees of 31 "
+            "leaves, the shape turnout trains."
+        ),
+    ] = "stress",
     as_json: JsonFlag = False,
     profile: Profile = None,
 ) -> None:
@@ -616,6 +623,7 @@ def bench_serving(
         feast_requests=feast_requests,
         progress=err.print,
         compiled_cache=cache,
+        head_shape=heads,
     )
     err.print(render.serving_bench(report, table_rows(report), summary_lines(report)))
     _emit(report, as_json)
