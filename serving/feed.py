@@ -217,8 +217,9 @@ def score_candidates(
     # A snapshot without online features (the store was never reachable) would be scored on NaNs.
     if model is not None and model.scorer.rsvp is not None and n and snap.source != CATALOG_ONLY:
         try:
-            # Every candidate gets only what the first stage reads, in its head's column order;
-            # the survivors then get every column both heads and the calibration segments read.
+            # Every candidate gets the p_rsvp head's columns in its order (the first stage's trees
+            # read the matrix as is); the survivors then get every column both heads and the
+            # calibration segments read.
             rsvp = model.scorer.rsvp
             first_x = assemble(snap, rows, rsvp.columns, user, lat, lng, now_s, going, offsets)
             timer.lap("features")
