@@ -221,7 +221,9 @@ def test_scheduler_plays_the_platform_and_the_loop_closes(deployment: Loop, spar
     first = stack.backfill("platform", t0, t0)
     # The ingest task behind it is killed midway (SIGKILL to the task's worker process, its Spark
     # JVM going with it); Airflow retries it, and the retry leaves no duplicate and no gap (below).
-    killed = _kill_midway(stack, "ingest", "ingest_interval", after_s=45)
+    # 30 s in, an hour's ingest is between its bronze writes and its silver MERGEs on a quiet machine
+    # (the whole task took 46 s there: a kill at 45 s found it finished, 2026-12-05).
+    killed = _kill_midway(stack, "ingest", "ingest_interval", after_s=30)
     took = stack.wait_until_idle(first["id"], 2400)
     print(f"hour 0 and the chain behind it: {took:.0f} s; {stack.summary()}")
     played = [r for r in stack.runs("platform") if r["run_type"] == "backfill"]
