@@ -4,10 +4,10 @@
 
 Reads a recorded p_rsvp training set of ``$TURNOUT_HOME``, the challenger the run trained on it
 and the champions the gate compared it with (``champion_at`` its ``as_of``), and scores the gate's
-test rows with both, as ``train.gate_metric`` does. Then, per logged request, NDCG@25 of each
-(``models.metrics.ndcg_at_k``'s definition), and a bootstrap over requests of the paired
-difference, overall and by the model that served the request (read from the landing zone's
-impressions: the history's simulated policy, or a champion in the closed loop).
+test rows with both, as ``train.gate_metric`` does. Then NDCG@25 per logged request
+(``models.metrics.ndcg_per_group``, whose mean is the gate's metric) and a bootstrap over
+requests of the paired difference, overall and by the model that served the request (read from
+the landing zone's impressions: the history's simulated policy, or a champion in the loop).
 """
 
 from __future__ import annotations
@@ -37,22 +37,11 @@ def served_by(landing: Path) -> dict[str, str]:
     return out
 
 
-def per_request_ndcg(request_id: np.ndarray, score: np.ndarray, grade: np.ndarray, k: int = 25) -> pd.Series:
-    """NDCG@k per request with a positive grade (the terms of ``models.metrics.ndcg_at_k``)."""
-    d = pd.DataFrame({"request_id": request_id, "score": score, "gain": 2.0 ** grade.astype(float) - 1.0})
-    rank = d.groupby("request_id")["score"].rank(method="first", ascending=False).to_numpy()
-    ideal = d.groupby("request_id")["gain"].rank(method="first", ascending=False).to_numpy()
-    d["dcg"] = np.where(rank <= k, d["gain"] / np.log2(rank + 1.0), 0.0)
-    d["idcg"] = np.where(ideal <= k, d["gain"] / np.log2(ideal + 1.0), 0.0)
-    per = d.groupby("request_id")[["dcg", "idcg"]].sum()
-    per = per[per["idcg"] > 0]
-    return per["dcg"] / per["idcg"]
-
-
 def gate_noise(settings: Settings, training_set_version: int, resamples: int, seed: int = 0) -> pd.DataFrame:
     """One row per group of requests: both heads' mean NDCG@25, the difference, its 95% interval."""
     import mlflow
 
+    from models import metrics
     from models.heads import Scorer
     from pipelines.training import registry as training_registry
     from pipelines.training.report import logged_grades
@@ -78,13 +67,15 @@ def gate_noise(settings: Settings, training_set_version: int, resamples: int, se
         raise SystemExit(f"no registered p_rsvp version was trained on training set {training_set_version}")
     challenger, _ = load_version(settings, "rsvp", versions[0].version)
     other = attend[0] if attend else None
-    ids, grade = test["request_id"].to_numpy(), logged_grades(test)
-    both = pd.DataFrame(
+    scored = pd.DataFrame(
         {
-            "champion": per_request_ndcg(ids, Scorer(champion[0], other).score(test)["score"], grade),
-            "challenger": per_request_ndcg(ids, Scorer(challenger, other).score(test)["score"], grade),
+            "request_id": test["request_id"].to_numpy(),
+            "grade": logged_grades(test),
+            "champion": Scorer(champion[0], other).score(test)["score"],
+            "challenger": Scorer(challenger, other).score(test)["score"],
         }
     )
+    both = pd.DataFrame({h: metrics.ndcg_per_group(scored, h) for h in ("champion", "challenger")})
     source = served_by(settings.home / "landing")
     both["served_by"] = [source.get(r, "unknown") for r in both.index]
     rng = np.random.default_rng(seed)

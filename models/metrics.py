@@ -18,10 +18,10 @@ def grade(rsvped: npt.ArrayLike, attended: npt.ArrayLike, rating: npt.ArrayLike)
     return np.where(a & (rating_arr >= GOOD_RATING), 3, np.where(a, 2, np.where(r, 1, 0)))
 
 
-def ndcg_at_k(
+def ndcg_per_group(
     frame: pd.DataFrame, score: str, grade_col: str = "grade", group: str = "request_id", k: int = 25
-) -> float:
-    """Mean NDCG@k over requests that have at least one positive grade."""
+) -> pd.Series:
+    """NDCG@k of each group (request) that has at least one positive grade."""
     df = frame[[group, score, grade_col]].copy()
     df["_gain"] = 2.0 ** df[grade_col].to_numpy(dtype=float) - 1.0
     df["_rank"] = df.groupby(group)[score].rank(method="first", ascending=False)
@@ -32,7 +32,15 @@ def ndcg_at_k(
     df["_idcg"] = np.where(df["_ideal"] <= k, df["_gain"] * ideal_disc, 0.0)
     per = df.groupby(group)[["_dcg", "_idcg"]].sum()
     per = per[per["_idcg"] > 0]
-    return float((per["_dcg"] / per["_idcg"]).mean()) if len(per) else float("nan")
+    return per["_dcg"] / per["_idcg"]
+
+
+def ndcg_at_k(
+    frame: pd.DataFrame, score: str, grade_col: str = "grade", group: str = "request_id", k: int = 25
+) -> float:
+    """Mean NDCG@k over requests that have at least one positive grade."""
+    per = ndcg_per_group(frame, score, grade_col, group, k)
+    return float(per.mean()) if len(per) else float("nan")
 
 
 def recall_at_k(frame: pd.DataFrame, score: str, label: str, group: str = "request_id", k: int = 25) -> float:
