@@ -6,8 +6,9 @@ Reads a recorded p_rsvp training set of ``$TURNOUT_HOME``, the challenger the ru
 and the champions the gate compared it with (``champion_at`` its ``as_of``), and scores the gate's
 test rows with both, as ``train.gate_metric`` does. Then NDCG@25 per logged request
 (``models.metrics.ndcg_per_group``, whose mean is the gate's metric) and a bootstrap over
-requests of the paired difference, overall and by the model that served the request (read from
-the landing zone's impressions: the history's simulated policy, or a champion in the loop).
+requests of the paired difference (``models.metrics.bootstrap_interval``, as the gate now does),
+overall and by the model that served the request (read from the landing zone's impressions: the
+history's simulated policy, or a champion in the loop).
 """
 
 from __future__ import annotations
@@ -78,11 +79,14 @@ def gate_noise(settings: Settings, training_set_version: int, resamples: int, se
     both = pd.DataFrame({h: metrics.ndcg_per_group(scored, h) for h in ("champion", "challenger")})
     source = served_by(settings.home / "landing")
     both["served_by"] = [source.get(r, "unknown") for r in both.index]
-    rng = np.random.default_rng(seed)
     rows = []
     for group, part in [("all", both), *both.groupby("served_by")]:
         diff = (part["challenger"] - part["champion"]).to_numpy()
-        means = rng.choice(diff, size=(resamples, len(diff))).mean(axis=1)
+
+        def mean_difference(i: np.ndarray, d: np.ndarray = diff) -> float:
+            return float(d[i].mean())
+
+        low, high = metrics.bootstrap_interval(mean_difference, len(diff), resamples=resamples, seed=seed)
         rows.append(
             {
                 "as_of": data.as_of.isoformat(),
@@ -93,8 +97,8 @@ def gate_noise(settings: Settings, training_set_version: int, resamples: int, se
                 "champion_ndcg": part["champion"].mean(),
                 "challenger_ndcg": part["challenger"].mean(),
                 "difference": diff.mean(),
-                "ci95_low": np.percentile(means, 2.5),
-                "ci95_high": np.percentile(means, 97.5),
+                "ci95_low": low,
+                "ci95_high": high,
             }
         )
     return pd.DataFrame(rows)

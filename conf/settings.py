@@ -108,9 +108,11 @@ class MlflowSettings(_Strict):
 class GateSettings(_Strict):
     """What a challenger must show before it may become ``champion`` (see models.promotion)."""
 
-    # How much worse than the champion the challenger may be on its head's gate metric: the
-    # product's NDCG@25 on logged requests (rsvp), AUC on mature attendance labels (attend).
+    # The head's gate metric: the product's NDCG@25 on logged requests (rsvp), AUC on mature
+    # attendance labels (attend). A challenger is refused when a paired bootstrap interval (at
+    # `level`) of its difference from the champion lies wholly below -tolerance.
     tolerance: float = Field(default=0.01, ge=0.0)
+    level: float = Field(default=0.95, gt=0.0, lt=1.0)
     max_ece: float = Field(default=0.02, gt=0.0)  # per head, on its own temporal test slice
     min_score_std: float = Field(default=1e-4, ge=0.0)  # a collapsed score distribution ranks nothing
 

@@ -1,6 +1,9 @@
-"""Offline metrics: graded NDCG@25, Recall@25, AUC, log-loss and expected calibration error."""
+"""Offline metrics: graded NDCG@25, Recall@25, AUC, log-loss, expected calibration error, and a
+bootstrap interval for a statistic of paired test units."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +44,31 @@ def ndcg_at_k(
     """Mean NDCG@k over requests that have at least one positive grade."""
     per = ndcg_per_group(frame, score, grade_col, group, k)
     return float(per.mean()) if len(per) else float("nan")
+
+
+def bootstrap_interval(
+    statistic: Callable[[np.ndarray], float],
+    units: int,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` over ``units`` test units drawn with replacement.
+
+    ``statistic`` gets the drawn unit indices. For a paired comparison it measures both models on
+    the same draw (e.g. the mean of per-request differences), so what the two share cancels.
+    Resamples where the statistic is undefined (an AUC without a positive) are left out.
+    """
+    if units < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    values = np.array([statistic(rng.integers(0, units, units)) for _ in range(resamples)])
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return float("nan"), float("nan")
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def recall_at_k(frame: pd.DataFrame, score: str, label: str, group: str = "request_id", k: int = 25) -> float:

@@ -17,8 +17,9 @@ def logged_grades(frame: pd.DataFrame) -> np.ndarray:
     return metrics.grade(frame["rsvped"].fillna(0), frame["attended"].fillna(0), frame["rating"])
 
 
-def ndcg_on_logged(frame: pd.DataFrame, score: npt.ArrayLike, k: int = 25) -> float:
-    """Graded NDCG@k over logged requests (``request_id``, ``rsvped``, ``attended``, ``rating``)."""
+def ndcg_per_request_on_logged(frame: pd.DataFrame, score: npt.ArrayLike, k: int = 25) -> pd.Series:
+    """Graded NDCG@k of each logged request with a positive grade (``request_id``, ``rsvped``,
+    ``attended``, ``rating``), indexed by request id."""
     df = pd.DataFrame(
         {
             "request_id": frame["request_id"].to_numpy(),
@@ -26,7 +27,13 @@ def ndcg_on_logged(frame: pd.DataFrame, score: npt.ArrayLike, k: int = 25) -> fl
             "grade": logged_grades(frame),
         }
     )
-    return metrics.ndcg_at_k(df, "score", k=k)
+    return metrics.ndcg_per_group(df, "score", k=k)
+
+
+def ndcg_on_logged(frame: pd.DataFrame, score: npt.ArrayLike, k: int = 25) -> float:
+    """Mean graded NDCG@k over logged requests with a positive grade."""
+    per = ndcg_per_request_on_logged(frame, score, k)
+    return float(per.mean()) if len(per) else float("nan")
 
 
 def probability_metrics(y: npt.ArrayLike, p: npt.ArrayLike, segments: npt.ArrayLike) -> dict[str, float]:

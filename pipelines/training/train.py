@@ -9,7 +9,8 @@
 4. ``measure``: the test slice's metrics and the odds correction measured;
 5. ``leak_diagnostic``: what a random split would have reported (logged, never used to select);
 6. ``gate_inputs`` + ``decide``: the challenger's gate metric beside the champion's as recorded
-   at ``as_of`` (so training the same instant again decides the same way), then a pure decision;
+   at ``as_of`` on the same test rows, with a paired bootstrap interval of the difference (seeded,
+   so training the same instant again decides the same way), then a pure decision;
 7. ``log_run``: params, metrics, plots, the head's files and compiled trees to MLflow;
 8. ``register_and_promote``: a registry version as ``challenger``, ``champion`` only if the
    decision says so and the champion would not move backwards in data time.
@@ -32,10 +33,16 @@ import pandas as pd
 from conf import Settings
 from models.calibration import SamplingCorrection, fit_segment_calibrators
 from models.heads import DEFAULT_PARAMS, SERVICE_OF_HEAD, Head, Scorer, fit_booster, model_columns, segments
-from models.metrics import auc
-from models.promotion import CandidateReport, Decision, Gates, should_promote
+from models.metrics import auc, bootstrap_interval
+from models.promotion import CandidateReport, Comparison, Decision, Gates, should_promote
 from pipelines.training import registry
-from pipelines.training.report import importance_plot, ndcg_on_logged, probability_metrics, reliability_plot
+from pipelines.training.report import (
+    importance_plot,
+    ndcg_on_logged,
+    ndcg_per_request_on_logged,
+    probability_metrics,
+    reliability_plot,
+)
 from pipelines.training.sets import (
     build_training_set,
     read_training_set,
@@ -249,13 +256,25 @@ class GateInputs:
 
     metric: str  # the head's gate metric (see ``gate_metric``), higher is better
     value: float  # the challenger's
-    champion_value: float | None  # the champion's as recorded at as_of, on the same rows
-    champion_schema_hash: str | None
+    versus_champion: Comparison | None  # the champion as it was at as_of, on the same rows
     serving_schema_hash: str  # what the online store serves for this head's feature service
     published_tower: str | None  # the tower serving's embeddings come from, now
 
 
 GATE_METRIC = {"rsvp": "ndcg_at_25", "attend": "auc"}
+
+
+def _gate_scores(data: TrainingData, head: Head, other: Head | None) -> np.ndarray:
+    """What the gate ranks the test slice by: the product with the other head's champion (rsvp),
+    the head's own probability (attend)."""
+    test = data.frame[data.split.test]
+    if data.head == "attend":
+        return np.asarray(head.predict(test), dtype=float)
+    scorer = Scorer(head, other)
+    missing = [c for c in scorer.columns() if c not in test.columns]
+    if missing:
+        raise KeyError(f"gate frame lacks model inputs {missing[:5]}")
+    return np.asarray(scorer.score(test)["score"], dtype=float)
 
 
 def gate_metric(data: TrainingData, head: Head, other: Head | None) -> float:
@@ -266,14 +285,36 @@ def gate_metric(data: TrainingData, head: Head, other: Head | None) -> float:
     RSVPs. Those labels are mature; the rsvp test slice's are not (attendance lands days after
     the event, so its grades hold RSVPs only and could never reward a better attendance head).
     """
-    test = data.frame[data.split.test]
+    scores = _gate_scores(data, head, other)
     if data.head == "attend":
-        return auc(data.y[data.split.test], head.predict(test))
-    scorer = Scorer(head, other)
-    missing = [c for c in scorer.columns() if c not in test.columns]
-    if missing:
-        raise KeyError(f"gate frame lacks model inputs {missing[:5]}")
-    return ndcg_on_logged(test, scorer.score(test)["score"])
+        return auc(data.y[data.split.test], scores)
+    return ndcg_on_logged(data.frame[data.split.test], scores)
+
+
+def gate_comparison(
+    data: TrainingData, challenger: Head, champion: Head, other: Head | None, level: float, seed: int
+) -> Comparison:
+    """Both heads' gate metric on the same test slice and a paired bootstrap interval of the
+    difference: resampling logged requests (rsvp: NDCG@25 per request) or test RSVPs (attend: AUC)."""
+    test = data.frame[data.split.test]
+    a, b = (_gate_scores(data, h, other) for h in (challenger, champion))
+    if data.head == "attend":
+        y = data.y[data.split.test]
+
+        def statistic(i: np.ndarray) -> float:
+            return auc(y[i], a[i]) - auc(y[i], b[i])
+
+        values, units = (auc(y, a), auc(y, b)), len(y)
+    else:
+        per = [ndcg_per_request_on_logged(test, scores) for scores in (a, b)]
+        diff = (per[0] - per[1]).to_numpy()
+
+        def statistic(i: np.ndarray) -> float:
+            return float(diff[i].mean())
+
+        values, units = (float(per[0].mean()), float(per[1].mean())), len(diff)
+    low, high = bootstrap_interval(statistic, units, level, seed=seed)
+    return Comparison(*values, low=low, high=high, units=units, level=level)
 
 
 def gate_inputs(settings: Settings, data: TrainingData, trained: Head) -> GateInputs:
@@ -288,11 +329,15 @@ def gate_inputs(settings: Settings, data: TrainingData, trained: Head) -> GateIn
     other = champion_at(settings, OTHER[data.head], data.as_of) if data.head == "rsvp" else None
     other_head = other[0] if other else None
     champion = champion_at(settings, data.head, data.as_of)
+    level = settings.training.gates[data.head].level
     return GateInputs(
         metric=GATE_METRIC[data.head],
         value=gate_metric(data, trained, other_head),
-        champion_value=gate_metric(data, champion[0], other_head) if champion else None,
-        champion_schema_hash=champion[0].schema_hash if champion else None,
+        versus_champion=(
+            gate_comparison(data, trained, champion[0], other_head, level, settings.training.seed)
+            if champion
+            else None
+        ),
         serving_schema_hash=schema_hash(SERVICE_OF_HEAD[data.head], store=get_store(settings)),
         published_tower=current_tower_version(settings),
     )
@@ -302,21 +347,14 @@ def decide(
     trained: Head, metrics: dict[str, float], inputs: GateInputs, problems: list[str], gates: Gates
 ) -> Decision:
     """Every reason the challenger may not become champion (none: promote). Pure."""
-    name = {"ndcg_at_25": "NDCG@25", "auc": "AUC"}[inputs.metric]
     report = CandidateReport(
-        quality=inputs.value,
         ece=metrics["test_ece"],
         score_std=metrics["test_score_std"],
         schema_hash=trained.schema_hash,
         inputs_validated=not problems,
-        quality_name=name,
+        quality_name={"ndcg_at_25": "NDCG@25", "auc": "AUC"}[inputs.metric],
     )
-    champion = (
-        None
-        if inputs.champion_value is None or inputs.champion_schema_hash is None
-        else CandidateReport(inputs.champion_value, 0.0, 1.0, inputs.champion_schema_hash, True, name)
-    )
-    decision = should_promote(report, champion, gates, inputs.serving_schema_hash)
+    decision = should_promote(report, inputs.versus_champion, gates, inputs.serving_schema_hash)
     reasons = [*decision.reasons, *(f"input validation: {p}" for p in problems)]
     if trained.uses_embeddings() and trained.tower_version != inputs.published_tower:
         reasons.append(
@@ -467,10 +505,17 @@ def train_head(
     step(5)
     inputs = gate_inputs(settings, data, trained)
     metrics[f"gate_{inputs.metric}"] = inputs.value
-    if inputs.champion_value is not None:
-        metrics[f"champion_gate_{inputs.metric}"] = inputs.champion_value
+    if inputs.versus_champion is not None:
+        versus = inputs.versus_champion
+        metrics[f"champion_gate_{inputs.metric}"] = versus.champion
+        metrics[f"gate_{inputs.metric}_difference"] = versus.difference
+        metrics[f"gate_{inputs.metric}_difference_low"] = versus.low
+        metrics[f"gate_{inputs.metric}_difference_high"] = versus.high
+        metrics["gate_units"] = float(versus.units)
     g = settings.training.gates[head]
-    decision = decide(trained, metrics, inputs, data.problems, Gates(g.tolerance, g.max_ece, g.min_score_std))
+    decision = decide(
+        trained, metrics, inputs, data.problems, Gates(g.tolerance, g.max_ece, g.min_score_std, g.level)
+    )
     step(6)
     run_id = log_run(settings, data, trained, metrics, decision, started)
     step(7)

@@ -243,6 +243,23 @@ def test_the_attend_head_is_gated_on_its_own_mature_labels(world: World) -> None
     assert world.rsvp["metrics"]["gate_ndcg_at_25"] > 0  # the rsvp head keeps the product's NDCG
 
 
+def test_the_quality_gate_pairs_both_heads_on_the_same_test_requests(world: World) -> None:
+    """The champion against itself: the same per-request NDCG@25, so a difference of exactly 0
+    with a zero-width interval, over the test requests with a positive grade; the challenger's
+    side is the gate metric itself."""
+    from pipelines.training.train import gate_comparison, gate_metric, load_training_data
+    from published.registry import load_head
+
+    data = load_training_data(world.settings, "rsvp", None, world.rsvp["training_set_version"])
+    rsvp, attend = load_head(world.settings, "rsvp"), load_head(world.settings, "attend")
+    assert rsvp is not None and attend is not None
+    same = gate_comparison(data, rsvp[0], rsvp[0], attend[0], 0.95, seed=7)
+    assert (same.difference, same.low, same.high) == (0.0, 0.0, 0.0)
+    assert same.challenger == pytest.approx(gate_metric(data, rsvp[0], attend[0]))
+    test_requests = data.frame[data.split.test]["request_id"].nunique()
+    assert 10 < same.units <= test_requests
+
+
 def test_the_registered_champion_loads_without_pickle_and_scores_like_training(world: World) -> None:
     from pipelines.training.sets import read_training_set
     from published.registry import load_head
