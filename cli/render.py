@@ -70,14 +70,14 @@ def platform_hours(report: dict[str, Any]) -> Table:
 def loop_days(report: dict[str, Any]) -> Table:
     table = _table(
         "the closed loop per simulated day (per feed; expected = under the ground truth)",
-        ("day", "champions", "asked", "failed", "feeds", "by model", "exp. RSVPs", "exp. attend",
+        ("day", "champions", "asked", "failed", "feeds", "by model", "empty", "exp. RSVPs", "exp. attend",
          "oracle attend", "share", "RSVPs", "attended", "explore", "attend labels"),
     )  # fmt: skip
     for d in report["days"]:
         share = d.get("share_of_oracle")
         table.add_row(
             d["day"], d["champions"] or "-", str(d["requests"]), str(d["feeds_failed"]), str(d["feeds"]),
-            str(d["served_by_model"]), f"{d['expected_rsvps']:.3f}",
+            str(d["served_by_model"]), str(d["empty_feeds"]), f"{d['expected_rsvps']:.3f}",
             f"{d['expected_attendance']:.3f}", f"{d['oracle_expected_attendance']:.3f}",
             "-" if share is None or share != share else f"{share:.1%}", f"{d['rsvps']:.3f}",
             f"{d['attendances']:.3f}", f"{d['exploration_share']:.1%}", str(d["attend_labels"]),

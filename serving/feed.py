@@ -7,7 +7,9 @@ index: the snapshot is scanned with the same distance predicate), ``+last_snapsh
 store failed to refresh the event snapshot), ``+cached_user`` / ``+user_store_down`` (the user's
 row came from the last good read / could not be read: cold-start features), and
 ``+availability_stale`` (the capacity counter was unreachable: the last sold-out set it returned
-was applied, and the user's RSVPs could not be checked).
+was applied, and the user's RSVPs could not be checked), and ``+no_candidates`` (no live event in
+reach passed the hard filters: an empty feed, named after the model that would have ranked one,
+not counted as a popularity fallback).
 """
 
 from __future__ import annotations
@@ -214,8 +216,11 @@ def score_candidates(
     n = len(rows)
     out = Scores(np.full(n, -np.inf), np.full(n, np.nan), np.full(n, np.nan), 0, state.models.current)
     model = out.model
+    if not n:  # nothing eligible to rank: an empty feed, whichever path would have ranked it
+        timer.lap("score")
+        return out
     # A snapshot without online features (the store was never reachable) would be scored on NaNs.
-    if model is not None and model.scorer.rsvp is not None and n and snap.source != CATALOG_ONLY:
+    if model is not None and model.scorer.rsvp is not None and snap.source != CATALOG_ONLY:
         try:
             # Every candidate gets the p_rsvp head's columns in its order (the first stage's trees
             # read the matrix as is); the survivors then get every column both heads and the
@@ -379,6 +384,8 @@ def serve_feed(state: ServingState, req: FeedRequest) -> FeedResult:
     rows, distance, live = apply_hard_filters(state, req.user_id, got, now_s)
     if not live:
         tags.append("availability_stale")
+    if not len(rows):
+        tags.append("no_candidates")
     timer.lap("filter")
 
     friends = state.friends_going(user.friends) if user is not None and user.friends else {}

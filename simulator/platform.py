@@ -675,7 +675,8 @@ def loop_days(truth_root: Path) -> pd.DataFrame:
     """Per simulated UTC day of the live platform: what was served and what it was worth.
 
     ``requests`` counts the day's feed requests and ``feeds_failed`` those the service did not
-    answer; ``feeds`` the answered ones, of which ``served_by_model`` a model ranked.
+    answer; ``feeds`` the answered ones, of which ``served_by_model`` a model ranked and
+    ``empty_feeds`` held no event (nothing in reach passed the hard filters).
     ``expected_*`` are per answered feed (NaN on a day with none) under the ground truth, beside
     the oracle's expected attendance for the same requests; ``rsvps`` and ``attendances`` per
     feed are the outcomes the users actually drew (attendance is delivered days
@@ -728,6 +729,7 @@ def loop_days(truth_root: Path) -> pd.DataFrame:
                 "feeds_failed": int(counts["feeds_failed"]),
                 "feeds": feeds,
                 "served_by_model": int(group["served_by"].str.startswith("model").sum()),
+                "empty_feeds": int((group["home_items"] == 0).sum()),
                 "expected_rsvps": mean["expected_rsvps"],
                 "expected_attendance": mean["expected_attendance"],
                 "oracle_expected_attendance": mean["oracle_expected_attendance"],

@@ -35,6 +35,22 @@ def test_no_model_serves_metro_popularity(world) -> None:
     assert top[0] == max(top)
 
 
+def test_nothing_in_reach_is_an_empty_feed_not_a_popularity_fallback(world, heads) -> None:
+    """A request in the middle of the Atlantic: no candidate, so nothing was ranked, and the
+    answer says so instead of reporting a fallback the model never needed."""
+    r = TestClient(create_app(make_state(world, heads))).get(
+        "/v1/feed", params={**Q, "lat": 35.0, "lng": -40.0}
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["events"] == [] and body["eligible"] == 0
+    assert body["served_by"] == "model+no_candidates" and body["model_version"] != "popularity"
+    no_model = TestClient(create_app(make_state(world, None))).get(
+        "/v1/feed", params={**Q, "lat": 35.0, "lng": -40.0}
+    )
+    assert no_model.json()["served_by"] == "popularity+no_candidates"
+
+
 def test_a_model_that_fails_to_score_falls_back_to_popularity(world, heads) -> None:
     state = make_state(world, heads)
     broken = replace(heads[0], columns=[*heads[0].columns, "no_such_column"])

@@ -66,7 +66,7 @@ class StandInFeed:
         self.truth, self.counter, self.by_truth = truth, counter, by_truth
         self.rng = np.random.default_rng(seed)
         self.metro = truth.users.set_index("user_id")["metro"]
-        self.calls = 0
+        self.calls = self.empty = 0
 
     def __call__(self, user_id: str, at: datetime, request_id: str, lat: float, lng: float) -> FeedAnswer:
         self.calls += 1
@@ -93,6 +93,7 @@ class StandInFeed:
         else:
             picked = list(self.rng.permutation(open_)[:25])
         items = [ServedItem(str(e), i + 1, "home", False, None) for i, e in enumerate(picked)]
+        self.empty += not items
         return FeedAnswer("stand-in:v1", "model", items)
 
 
@@ -202,6 +203,7 @@ def test_hours_deliver_once_respond_by_the_truth_and_keep_the_books(world: Path,
     # Ranked by the truth, the feed earns what the record says, never more than the oracle.
     days = loop_days(truth_root)
     assert len(days) == 2 and (days["feeds"].sum() == feed.calls)
+    assert days["empty_feeds"].sum() == feed.empty
     assert (requests["expected_attendance"] <= requests["oracle_expected_attendance"] + 1e-9).all()
     assert 0.9 < days["share_of_oracle"].min() <= 1.0 + 1e-9
 
