@@ -223,6 +223,7 @@ def build_travel_times(spark: SparkSession, settings: Settings, silver: dict[str
     import h3
     import pandas as pd
     from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
     from pipelines.features.travel_time import build_travel_time
 
@@ -249,16 +250,29 @@ def build_travel_times(spark: SparkSession, settings: Settings, silver: dict[str
         if last is not None and last[0] == fingerprint:
             log.info("gold.travel_time: cells and model unchanged (%s rows), not rewritten", rows)
             return rows
-    pdf = pd.concat([m.to_frame() for m in matrices], ignore_index=True)
+    # Spark explodes each origin's row of minutes to one row per destination: the driver holds
+    # 8n rows of n floats per metro, never the 8n^2-row long table.
+    origins = spark.createDataFrame(
+        pd.concat([m.to_rows() for m in matrices], ignore_index=True),
+        schema="metro string, origin_cell string, daypart string, mode string, minutes array<float>",
+    )
+    destinations = spark.createDataFrame(
+        [(m.metro, i, cell) for m in matrices for i, cell in enumerate(m.cell_names())],
+        schema="metro string, position int, dest_cell string",
+    )
     (
-        spark.createDataFrame(pdf)
+        origins.select(
+            "metro", "origin_cell", "daypart", "mode", F.posexplode("minutes").alias("position", "minutes")
+        )
+        .join(F.broadcast(destinations), ["metro", "position"])
+        .select("metro", "origin_cell", "dest_cell", "daypart", "mode", "minutes")
         .write.format("delta")
         .mode("overwrite")
         .option("overwriteSchema", "true")
         .option("userMetadata", fingerprint)
         .save(path)
     )
-    return len(pdf)
+    return rows
 
 
 def written_since(start: datetime | None) -> datetime | None:

@@ -54,22 +54,36 @@ class TravelTimeMatrix:
         out = self.minutes[np.asarray(daypart), mode, oi, di].astype(np.float64)
         return np.where(known, out, np.nan)
 
-    def to_frame(self) -> pd.DataFrame:
-        """Long format (one row per origin, destination, daypart, mode) for a Delta table."""
+    def cell_names(self) -> list[str]:
+        """The cells as H3 hex strings, in ``cells`` order."""
+        return [h3.int_to_str(int(c)) for c in self.cells]
+
+    def to_rows(self) -> pd.DataFrame:
+        """One row per (daypart, mode, origin), ``minutes`` holding the float32 row to every cell.
+
+        8n rows of n floats: what the gold job hands to Spark, which explodes it to the long table.
+        The long table has 8n^2 rows, and as a pandas frame of cell strings it outgrew one machine
+        (40M rows at 10x the 1M-impression history, bench/bench_growth.py).
+        """
         n = len(self.cells)
-        dp, md, oi, di = np.meshgrid(
-            np.arange(len(DAYPARTS)), np.arange(len(MODES)), np.arange(n), np.arange(n), indexing="ij"
-        )
+        dp, md, oi = np.meshgrid(np.arange(len(DAYPARTS)), np.arange(len(MODES)), np.arange(n), indexing="ij")
         return pd.DataFrame(
             {
                 "metro": self.metro,
-                "origin_cell": [h3.int_to_str(int(c)) for c in self.cells[oi.ravel()]],
-                "dest_cell": [h3.int_to_str(int(c)) for c in self.cells[di.ravel()]],
+                "origin_cell": np.asarray(self.cell_names(), dtype=object)[oi.ravel()],
                 "daypart": np.asarray(DAYPARTS)[dp.ravel()],
                 "mode": np.asarray(MODES)[md.ravel()],
-                "minutes": self.minutes.ravel(),
+                "minutes": list(self.minutes.reshape(-1, n)),
             }
         )
+
+    def to_frame(self) -> pd.DataFrame:
+        """Long format (one row per origin, destination, daypart, mode), the gold table's rows."""
+        rows = self.to_rows()
+        frame = rows.drop(columns="minutes").loc[rows.index.repeat(len(self.cells))].reset_index(drop=True)
+        frame.insert(2, "dest_cell", np.tile(np.asarray(self.cell_names(), dtype=object), len(rows)))
+        frame["minutes"] = self.minutes.ravel()
+        return frame
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> TravelTimeMatrix:

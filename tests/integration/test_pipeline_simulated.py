@@ -10,12 +10,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 
 from conf import Settings
 from contracts.errors import DataContractError
 from contracts.landing import ENTITIES
 from pipelines.features.jobs import GOLD_KEYS, build_gold
+from pipelines.features.travel_time import TravelTimeMatrix, build_travel_time
 from pipelines.features.validation import validate_gold
 from pipelines.ingest.run import build_silver, ingest_bronze
 from simulator import SimulationConfig, SimulationSummary, simulate
@@ -93,6 +95,10 @@ def test_gold_tables_are_built_idempotently(spark, world) -> None:  # type: igno
     assert all(t["success"] for t in checked["tables"].values())
     travel = DeltaTable.forPath(spark, settings.lake.table_path("gold", "travel_time"))
     travel_version = travel.history(1).first()["version"]
+    # Spark's explode of each origin's row lines every destination up with its own minutes.
+    nyc = TravelTimeMatrix.from_frame(travel.toDF().where("metro = 'nyc'").toPandas())
+    expected = build_travel_time("nyc", nyc.cell_names())
+    assert len(nyc.cells) > 10 and np.array_equal(nyc.minutes, expected.minutes)
     second = build_gold(settings, None, end, run_id="gold-2")
     assert all(c == {"inserted": 0, "updated": 0, "deleted": 0} for c in second["tables"].values()), second
     # The same cells and model: the travel-time table is not rewritten.
