@@ -14,7 +14,9 @@ process tree (Python, Spark's JVM, its Python workers) every 0.2 s:
 
 Prints one table: rows, seconds, rows/s and peak memory per stage and size, and each stage's
 rows/s against the first size's. A size that is killed (out of memory) or runs past
-``--timeout-min`` is reported at the stage it was in.
+``--timeout-min`` is reported at the stage it was in. ``--training-only`` re-runs the last two
+stages on the homes a run left, e.g. with the cluster profile's downsampling:
+``TURNOUT__TRAINING__NEGATIVE_KEEP_RATE=0.02 python bench/bench_growth.py --root DIR --training-only``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +71,19 @@ class PeakMemory:
             time.sleep(every_s)
 
 
-def one_size(home: Path, users: int, days: int) -> None:
-    """Every stage on one world, a JSON line per stage as it starts and as it ends."""
+def window_end(home: Path) -> datetime:
+    """The simulated history's end, from the simulator's manifest."""
+    from contracts.instants import parse_instant
+
+    return parse_instant(json.loads((home / "simulator" / "manifest.json").read_text())["window_end"])
+
+
+def one_size(home: Path, users: int, days: int, training_only: bool = False) -> None:
+    """Every stage on one world, a JSON line per stage as it starts and as it ends.
+
+    ``training_only``: the last two stages, on a home an earlier run built (its lake, Feast
+    registry and online store), e.g. to measure ``TURNOUT__TRAINING__NEGATIVE_KEEP_RATE``.
+    """
     import logging
 
     logging.basicConfig(level=logging.WARNING)
@@ -83,7 +96,7 @@ def one_size(home: Path, users: int, days: int) -> None:
     from pipelines.ingest.run import build_silver, ingest_bronze
     from simulator import SimulationConfig, simulate
 
-    settings = load_settings("local", home=home)
+    settings = load_settings("local", home=home)  # TURNOUT__* variables override it
     memory = PeakMemory()
     found: dict[str, Any] = {}
 
@@ -99,28 +112,30 @@ def one_size(home: Path, users: int, days: int) -> None:
         line = {"stage": name, "seconds": seconds, "peak_bytes": memory.peak, **out}
         print(MARK + json.dumps(line), flush=True)
 
-    with stage("simulate (landing lines)") as s:
-        summary = simulate(
-            SimulationConfig(users=users, days=days), Path(settings.landing.root), home / "simulator"
-        )
-        s["rows"] = lines = sum(e.lines_written for e in summary.entities.values())
-        s["impressions"] = found["impressions"] = summary.entities["impressions"].generated
-    with stage("landing -> bronze (lines)") as s:
-        ingest_bronze(settings, None, None, run_id="growth")
-        s["rows"] = lines
-    with stage("bronze -> silver (rows)") as s:
-        silver = build_silver(settings, None, None, run_id="growth")
-        s["rows"] = sum(v["rows"] for v in silver["tables"].values())
-    end = (parse_instant(summary.delivered_last) + timedelta(hours=1)).astimezone(UTC)
-    with stage("silver -> gold (rows written)") as s:
-        gold = build_gold(settings, None, end, run_id="growth")
-        s["rows"] = sum(v["inserted"] for v in gold["tables"].values())
-    history_end = parse_instant(json.loads((home / "simulator" / "manifest.json").read_text())["window_end"])
-    with stage("feast apply + embeddings (rows)") as s:
-        definitions.apply_definitions(settings)
-        s["rows"] = add_random_embeddings(settings, history_end)
-    with stage("materialize, 9 views to SQLite (rows)") as s:
-        s["rows"] = materialize(settings, history_end)["rows"]
+    if not training_only:
+        with stage("simulate (landing lines)") as s:
+            summary = simulate(
+                SimulationConfig(users=users, days=days), Path(settings.landing.root), home / "simulator"
+            )
+            s["rows"] = lines = sum(e.lines_written for e in summary.entities.values())
+            s["impressions"] = found["impressions"] = summary.entities["impressions"].generated
+        with stage("landing -> bronze (lines)") as s:
+            ingest_bronze(settings, None, None, run_id="growth")
+            s["rows"] = lines
+        with stage("bronze -> silver (rows)") as s:
+            silver = build_silver(settings, None, None, run_id="growth")
+            s["rows"] = sum(v["rows"] for v in silver["tables"].values())
+        end = (parse_instant(summary.delivered_last) + timedelta(hours=1)).astimezone(UTC)
+        with stage("silver -> gold (rows written)") as s:
+            gold = build_gold(settings, None, end, run_id="growth")
+            s["rows"] = sum(v["inserted"] for v in gold["tables"].values())
+    history_end = window_end(home)
+    if not training_only:
+        with stage("feast apply + embeddings (rows)") as s:
+            definitions.apply_definitions(settings)
+            s["rows"] = add_random_embeddings(settings, history_end)
+        with stage("materialize, 9 views to SQLite (rows)") as s:
+            s["rows"] = materialize(settings, history_end)["rows"]
     from models.heads import fit_booster
     from pipelines.training.sets import (
         build_training_set,
@@ -145,12 +160,15 @@ def one_size(home: Path, users: int, days: int) -> None:
         s["rows"] = int(split.train.sum())
 
 
-def run_size(root: Path, scale: int, users: int, days: int, timeout_s: float) -> list[dict[str, Any]]:
+def run_size(
+    root: Path, scale: int, users: int, days: int, timeout_s: float, training_only: bool = False
+) -> list[dict[str, Any]]:
     """``one_size`` in a child process; its stage lines, the last one marked if the child died."""
     home = root / f"x{scale}"
     args = [sys.executable, "-m", "bench.bench_growth", "--one", str(home), str(users * scale), str(days)]
+    args += ["--training-only"] if training_only else []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    log = (root / f"x{scale}.log").open("w")
+    log = (root / f"x{scale}{'-training' if training_only else ''}.log").open("w")
     child = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
     stages: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
@@ -210,11 +228,18 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=28)
     parser.add_argument("--root", type=Path, help="where each size's home goes (default: a temp dir)")
     parser.add_argument("--timeout-min", type=float, default=90.0, help="per size")
+    parser.add_argument(
+        "--training-only",
+        action="store_true",
+        help="only the last two stages, on the homes an earlier run left under --root",
+    )
     parser.add_argument("--one", nargs=3, metavar=("HOME", "USERS", "DAYS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        one_size(Path(args.one[0]), int(args.one[1]), int(args.one[2]))
+        one_size(Path(args.one[0]), int(args.one[1]), int(args.one[2]), args.training_only)
         return
+    if args.training_only and not args.root:
+        parser.error("--training-only needs the --root of an earlier run")
     import tempfile
 
     root = args.root or Path(tempfile.mkdtemp(prefix="bench-growth-"))
@@ -225,14 +250,15 @@ def main() -> None:
             f"{scale}x: {args.users * scale:,} users x {args.days} days in {root / f'x{scale}'}",
             file=sys.stderr,
         )
-        results += run_size(root, scale, args.users, args.days, args.timeout_min * 60)
+        results += run_size(root, scale, args.users, args.days, args.timeout_min * 60, args.training_only)
         impressions = next(
             (s["impressions"] for s in results if s.get("scale") == scale and "impressions" in s), None
         )
         if impressions:
             print(f"{scale}x: {impressions:,} impressions", file=sys.stderr)
     print(table(results))
-    (root / "growth.json").write_text(json.dumps(results, indent=1))
+    name = "growth-training.json" if args.training_only else "growth.json"
+    (root / name).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
