@@ -78,7 +78,8 @@ class TravelTimeMatrix:
         )
 
     def to_frame(self) -> pd.DataFrame:
-        """Long format (one row per origin, destination, daypart, mode), the gold table's rows."""
+        """Long format (one row per origin, destination, daypart, mode): in pandas, what the gold job
+        writes through Spark from ``to_rows``."""
         rows = self.to_rows()
         frame = rows.drop(columns="minutes").loc[rows.index.repeat(len(self.cells))].reset_index(drop=True)
         frame.insert(2, "dest_cell", np.tile(np.asarray(self.cell_names(), dtype=object), len(rows)))
