@@ -19,7 +19,8 @@ question with one sort per view instead of a join:
   appended, so the views chain (one shuffle each) with no join back.
 
 Everything else is Feast's: the feature service and view definitions, the query contexts, the
-on-demand views (their own ``transform_arrow``, handed only the columns they read), the staging
+on-demand views (their own ``transform_arrow``, handed only the columns they read; here in Spark's
+Python workers, so the joined rows need not reach the driver), the staging
 location. It is the default (``feast.offline_store`` in the settings; it appears in
 ``feature_store.yaml`` as the offline store's type); ``"spark"`` selects the stock store. Cases it
 does not handle (no entity frame, full feature names, date-partitioned sources) go to the stock
@@ -32,6 +33,7 @@ from __future__ import annotations
 import logging
 import operator
 import uuid
+from collections.abc import Iterator, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -54,12 +56,13 @@ from feast.infra.offline_stores.offline_utils import (
     infer_event_timestamp_from_entity_df,
 )
 from feast.on_demand_feature_view import OnDemandFeatureView
+from feast.types import from_feast_to_pyarrow_type
 from pydantic import StrictStr
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from feast import FeatureView
+    from feast import FeatureView, Field
     from feast.data_source import DataSource
     from feast.infra.offline_stores.offline_store import RetrievalJob
     from feast.infra.registry.base_registry import BaseRegistry
@@ -197,7 +200,7 @@ class SortedSparkOfflineStore(SparkOfflineStore):
         final = f"turnout_pit_{uuid.uuid4().hex}"
         result.drop(_T).createOrReplaceTempView(final)
         log.info("sorted point-in-time join over %d views for %s", len(contexts), feature_refs[:3])
-        return _NarrowOnDemandRetrievalJob(
+        return _OnDemandInSparkRetrievalJob(
             spark_session=spark,
             query=f"SELECT * FROM {final}",
             full_feature_names=full_feature_names,
@@ -258,32 +261,73 @@ class _CountedRetrievalJob(SparkRetrievalJob):
         return table
 
 
-class _NarrowOnDemandRetrievalJob(SparkRetrievalJob):
-    """Feast's Spark retrieval job, handing each on-demand view only its own input columns.
+def _asked(view: OnDemandFeatureView, refs: Sequence[str]) -> list[Field]:
+    """The outputs of ``view`` that ``refs`` ask for (all of them when none is named), in the
+    view's order, as ``RetrievalJob.to_arrow`` reads them."""
+    names = (view.name, view.projection.name_to_use())
+    wanted = {ref.split(":", 1)[1] for ref in refs if ref.split(":", 1)[0] in names}
+    return [f for f in view.features if not wanted or f.name in wanted]
+
+
+def on_demand_columns(table: pa.Table, views: Sequence[OnDemandFeatureView], refs: Sequence[str]) -> pa.Table:
+    """``table`` with the requested outputs of each on-demand view appended, typed as the view declares.
 
     ``RetrievalJob.to_arrow`` passes every on-demand view the whole joined table, and a Python-mode
     view starts with ``to_pydict()`` of it: ~150 columns and a 64-float embedding list per row
     became ~80M Python objects per view for the demo's p_rsvp set (22 s of a 155 s build). Here the
     same ``transform_arrow`` runs on the columns the view reads (its source projections and
-    request fields), and its requested outputs are appended.
+    request fields). The declared type holds where a batch's values are all missing.
+    """
+    for view in views:
+        inputs = {f.name for r in view.source_request_sources.values() for f in r.schema}
+        for projection in view.source_feature_view_projections.values():
+            inputs |= {f.name for f in projection.features}
+            inputs |= {f"{projection.name}__{f.name}" for f in projection.features}
+        out = view.transform_arrow(table.select([c for c in table.column_names if c in inputs]))
+        for field in _asked(view, refs):
+            table = table.append_column(
+                field.name, out[field.name].cast(from_feast_to_pyarrow_type(field.dtype))
+            )
+    return table
+
+
+def with_on_demand_views(
+    frame: DataFrame, views: Sequence[OnDemandFeatureView], refs: Sequence[str]
+) -> DataFrame:
+    """``on_demand_columns`` on Spark, batch by batch in its Python workers (``mapInArrow``).
+
+    The joined rows never come to the driver, so a training set larger than the driver's memory is
+    built and written by the executors. Each worker unpickles the views once (importing Feast).
+    """
+    if not views:
+        return frame
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructType
+
+    outputs = pa.schema(
+        pa.field(f.name, from_feast_to_pyarrow_type(f.dtype)) for view in views for f in _asked(view, refs)
+    )
+    views, refs = list(views), list(refs)
+
+    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield from on_demand_columns(pa.Table.from_batches([batch]), views, refs).to_batches()
+
+    return frame.mapInArrow(apply, StructType([*frame.schema.fields, *from_arrow_schema(outputs).fields]))
+
+
+class _OnDemandInSparkRetrievalJob(SparkRetrievalJob):
+    """Feast's Spark retrieval job with the on-demand views applied in Spark (``with_on_demand_views``).
+
+    The stock job leaves them to ``to_arrow`` on the driver (and ``to_spark_df`` skips them); here
+    ``to_spark_df`` carries them, and every other read (``to_arrow`` through the staging location,
+    ``to_df``) goes through it, each view handed only the columns it reads.
     """
 
     def __init__(self, *, on_demand_feature_views: list[OnDemandFeatureView], **kwargs: Any) -> None:
         super().__init__(on_demand_feature_views=[], **kwargs)
         self._crosses = on_demand_feature_views
 
-    def _to_arrow_internal(self, timeout: int | None = None) -> pa.Table:
-        table = super()._to_arrow_internal(timeout=timeout)
-        refs = [ref.split(":", 1) for ref in (self.metadata.features if self.metadata else [])]
-        for view in self._crosses:
-            inputs = {f.name for r in view.source_request_sources.values() for f in r.schema}
-            for projection in view.source_feature_view_projections.values():
-                inputs |= {f.name for f in projection.features}
-                inputs |= {f"{projection.name}__{f.name}" for f in projection.features}
-            out = view.transform_arrow(table.select([c for c in table.column_names if c in inputs]))
-            # As RetrievalJob.to_arrow does: the requested outputs (all of them when none is named).
-            wanted = {f for v, f in refs if v in (view.name, view.projection.name_to_use())} or None
-            for column in out.column_names:
-                if not column.startswith("__index") and (wanted is None or column in wanted):
-                    table = table.append_column(column, out[column])
-        return table
+    def to_spark_df(self) -> DataFrame:
+        refs = self.metadata.features if self.metadata else []
+        return with_on_demand_views(super().to_spark_df(), self._crosses, refs)

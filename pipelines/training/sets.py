@@ -15,10 +15,9 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import pyarrow as pa
 
 from conf import Settings
 from models.heads import EMBEDDING_COLUMN, SERVICE_OF_HEAD, model_columns
@@ -32,6 +31,10 @@ from pipelines.training.examples import (
     rsvp_examples,
 )
 from pipelines.training.split import Split, split_boundaries, temporal_split
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql import DataFrame as SparkDataFrame
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +67,7 @@ class TrainingSet:
     counts: dict[str, Any]
     source_versions: dict[str, int]
     columns: list[str]  # model input columns
-    seconds: dict[str, float]  # labels (Spark), point_in_time_join (Feast), write (Delta)
+    seconds: dict[str, float]  # labels (Spark), join_and_write (Feast's join, model columns, Delta)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,14 +105,32 @@ _STRINGS = (
 )
 
 
-def _typed(frame: pd.DataFrame) -> pd.DataFrame:
-    """Explicit column types, so a column that happens to be all-null still has one in Delta."""
-    types = {
-        c: "string" if c in _STRINGS else "float64" if c in REQUEST_COLUMNS[:3] else "Int64"
-        for c in (*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS)
-        if c != "event_timestamp"
-    }
-    return frame.astype(types)
+def _training_columns(joined: SparkDataFrame, features: list[str], embedding_dim: int) -> SparkDataFrame:
+    """The training set's columns: the example's keys, request and labels, explicitly typed (a
+    column that happens to be all-null still has one in Delta), then the model's inputs by
+    ``models.heads.to_model_frame``'s rule, on Spark: every feature a double, missing where it
+    is not a number, the embedding spread into ``embedding_<i>`` where it has ``embedding_dim``
+    values."""
+    from pyspark.sql import functions as F
+
+    def typed(c: str) -> Column:
+        if c == "event_timestamp":
+            return F.col(c)
+        return F.col(c).cast(
+            "string" if c in _STRINGS else "double" if c in REQUEST_COLUMNS[:3] else "bigint"
+        )
+
+    model: list[Column] = []
+    for name in features:
+        if name == EMBEDDING_COLUMN:
+            whole = F.size(F.col(name)) == embedding_dim
+            model += [
+                F.when(whole, F.col(name)[i].cast("double")).alias(f"{EMBEDDING_COLUMN}_{i}")
+                for i in range(embedding_dim)
+            ]
+        else:
+            model.append(F.col(name).try_cast("double").alias(name))
+    return joined.select(*(typed(c) for c in (*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS)), *model)
 
 
 def build_training_set(
@@ -119,10 +140,11 @@ def build_training_set(
     window: timedelta | None = None,
 ) -> TrainingSet:
     """Label, join point-in-time features, write a new version of ``lake/training/<head>``."""
-    from models.heads import to_model_frame
+    from delta.tables import DeltaTable
+
     from pipelines.feast_store import get_store
     from pipelines.spark import get_spark
-    from pipelines.training.retrieval import historical_features
+    from pipelines.training.retrieval import historical_features_frame
     from published.feature_store import service_feature_names
     from published.tower import tower_at
 
@@ -173,14 +195,10 @@ def build_training_set(
 
     service_name = SERVICE_OF_HEAD[head]
     features = service_feature_names(get_store(settings).get_feature_service(service_name))
-    joined = historical_features(settings, entity, service_name)
-    joined = joined.sort_values(["event_timestamp", "example_id"], kind="stable").reset_index(drop=True)
-    matrix = to_model_frame(joined, features, settings.index.embedding_dim)
-    meta = joined[[*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS]]
-    frame = _typed(pd.concat([meta, matrix], axis=1))
-    seconds["point_in_time_join"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-
+    # Joined, typed and written by the executors: the set never comes to the driver (which held
+    # ~10 GiB for the 1M-impression history's 884k rows and could not hold 10x of it).
+    joined = historical_features_frame(settings, entity, service_name)
+    frame = _training_columns(joined, features, settings.index.embedding_dim)
     path = training_set_path(settings, head)
     description = {
         # The embeddings' meaning: a head may only be served beside vectors from this tower.
@@ -194,17 +212,18 @@ def build_training_set(
         "sources": versions,
     }
     (
-        # Through Arrow with the frame's own types: row-wise inference trips on nullable ints.
-        spark.createDataFrame(pa.Table.from_pandas(frame, preserve_index=False))
-        .write.format("delta")
+        frame.write.format("delta")
         .mode("overwrite")
         .option("overwriteSchema", "true")
         .option("userMetadata", json.dumps(description, sort_keys=True))
         .save(path)
     )
-    version = table_version(spark, path)
-    seconds = {**{k: round(v, 2) for k, v in seconds.items()}, "write": round(time.perf_counter() - clock, 2)}
-    log.info("training set %s version %d: %d rows, seconds %s", path, version, len(frame), seconds)
+    commit = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").first()
+    assert commit is not None
+    version, written = int(commit["version"]), int(commit["operationMetrics"]["numOutputRows"])
+    seconds["join_and_write"] = time.perf_counter() - clock
+    seconds = {k: round(v, 2) for k, v in seconds.items()}
+    log.info("training set %s version %d: %d rows, seconds %s", path, version, written, seconds)
     return TrainingSet(
         head=head,
         service=service_name,
@@ -213,7 +232,7 @@ def build_training_set(
         as_of=as_of.isoformat(),
         start=start.isoformat(),
         label_end=label_end.isoformat(),
-        rows=len(frame),
+        rows=written,
         counts=counts.to_dict(),
         source_versions=versions,
         columns=model_columns(features, settings.index.embedding_dim),

@@ -54,6 +54,34 @@ def test_training_set_counts_add_up_and_the_injection_is_corrected(spark, world:
     assert t.max() < AS_OF - timedelta(days=1) and t.min() >= AS_OF - timedelta(days=21)
 
 
+def test_the_set_the_executors_write_equals_feasts_stock_frame_on_the_driver(spark, world: World) -> None:  # type: ignore[no-untyped-def]
+    """The Spark path (the sorted store's join, the on-demand views in Spark's Python workers, the
+    model columns as Spark expressions, written by the executors) gives, value for value, what
+    Feast's stock store and ``to_model_frame`` give on the driver for the same label rows."""
+    import pandas as pd
+
+    from models.heads import SERVICE_OF_HEAD, to_model_frame
+    from pipelines.feast_store import get_store
+    from pipelines.training.examples import KEY_COLUMNS, META_COLUMNS, REQUEST_COLUMNS
+    from pipelines.training.retrieval import historical_features
+    from pipelines.training.sets import read_training_set
+    from published.feature_store import service_feature_names
+
+    frame, _ = read_training_set(world.settings, "rsvp", world.rsvp["training_set_version"])
+    assert len(frame) > 1000
+    frame = frame.iloc[:: max(1, len(frame) // 5000)]  # all kinds of rows, a size the stock join does fast
+    stock = world.settings.model_copy(
+        update={"feast": world.settings.feast.model_copy(update={"offline_store": "spark"})}
+    )
+    service = SERVICE_OF_HEAD["rsvp"]
+    features = service_feature_names(get_store(stock).get_feature_service(service))
+    joined = historical_features(stock, frame[[*KEY_COLUMNS, *REQUEST_COLUMNS, *META_COLUMNS]], service)
+    expected = to_model_frame(joined, features, world.settings.index.embedding_dim)
+    assert list(frame.columns[-len(expected.columns) :]) == list(expected.columns)
+    assert expected.notna().to_numpy().mean() > 0.5  # a join that found nothing would agree too
+    pd.testing.assert_frame_equal(frame[expected.columns], expected, check_exact=True)
+
+
 def test_the_sampled_training_rows_do_not_depend_on_how_spark_partitions_them(spark, world: World) -> None:  # type: ignore[no-untyped-def]
     """Downsampling and injection pick the same rows however the data is split (local vs cluster).
 
