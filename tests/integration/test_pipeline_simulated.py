@@ -163,49 +163,74 @@ def test_rerunning_a_past_interval_after_later_deliveries_leaves_gold_identical(
 
 @pytest.fixture(scope="module")
 def hourly_and_backfill(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """Gold built hour by hour, and by one run over the same range from nothing; per table, the
-    hash of its rows without ``created`` (and of each column) and with it.
+    """The lake built hour by hour, and by one run over the same range from nothing; per table,
+    the hash of its rows (without the run's own columns), and for gold also without ``created``
+    and per column.
 
     The hours hold Europe's fall-back (2026-10-25 01:00Z: London 02:00 BST -> 01:00 GMT, Berlin
-    and Paris 03:00 CEST -> 02:00 CET). Each hourly run MERGEs its late-arrival window into what
-    the runs before it wrote; the backfill computes every row at once. Both read silver as
-    delivered by each row's run end.
+    and Paris 03:00 CEST -> 02:00 CET). The hourly runs do what the hourly DAGs do: each ingests
+    its hour's delivery into bronze and silver, then MERGEs gold's late-arrival window into what
+    the runs before it wrote. The backfill ingests everything delivered by the last hour's end in
+    one run and computes every gold row at once.
     """
     import shutil
 
+    from pipelines.ingest.run import QUARANTINE_TABLE, SILVER_TABLES
     from tests.system.cluster_pipeline import table_hash
 
     live = make_settings(tmp_path_factory.mktemp("hourly"))
     config = SimulationConfig(users=300, days=12, seed=11, start=datetime(2026, 10, 14, tzinfo=UTC))
     simulate(config, Path(live.landing.root), live.home / "simulator")
-    h0, hours = datetime(2026, 10, 25, 0, tzinfo=UTC), 3
-    # Everything delivered, later hours too: each gold run reads silver as delivered by its end.
-    ingest_bronze(live, None, None, run_id="ingest")
-    build_silver(live, None, None, run_id="ingest")
     backfill = make_settings(tmp_path_factory.mktemp("backfill"))
-    for layer in ("bronze", "silver"):
-        shutil.copytree(Path(live.lake.root) / layer, Path(backfill.lake.root) / layer)
+    shutil.copytree(live.landing.root, backfill.landing.root, dirs_exist_ok=True)
+    h0, hours = datetime(2026, 10, 25, 0, tzinfo=UTC), 3
+    end = h0 + timedelta(hours=hours)
 
-    build_gold(live, None, h0, run_id="live-0")
+    def build(settings: Settings, start: datetime | None, stop: datetime, run_id: str) -> None:
+        ingest_bronze(settings, start, stop, run_id=run_id)
+        build_silver(settings, start, stop, run_id=run_id)
+        build_gold(settings, start, stop, run_id=run_id)
+
+    build(live, None, h0, "live-0")
     for i in range(hours):
-        build_gold(live, h0 + timedelta(hours=i), h0 + timedelta(hours=i + 1), run_id=f"live-{i + 1}")
-    build_gold(backfill, None, h0 + timedelta(hours=hours), run_id="backfill")
+        build(live, h0 + timedelta(hours=i), h0 + timedelta(hours=i + 1), f"live-{i + 1}")
+    build(backfill, None, end, "backfill")
 
     def hashes(settings: Settings) -> dict[str, Any]:
         paths = {t: settings.lake.table_path("gold", t) for t in GOLD_KEYS}
+        lake = {
+            f"{layer}.{t}": settings.lake.table_path(layer, t)
+            for layer in ("bronze", "silver")
+            for t in SILVER_TABLES
+        }
+        lake["quarantine"] = settings.lake.table_path(*QUARANTINE_TABLE)
         return {
-            t: {
-                "values": table_hash(spark, path, by_column=True, ignore=("created",)),
-                "with_created": table_hash(spark, path)["hash"],
-            }
-            for t, path in paths.items()
+            "gold": {
+                t: {
+                    "values": table_hash(spark, path, by_column=True, ignore=("created",)),
+                    "with_created": table_hash(spark, path)["hash"],
+                }
+                for t, path in paths.items()
+            },
+            "ingested": {t: table_hash(spark, path, ignore=("run_id",)) for t, path in lake.items()},
         }
 
     return {"live": hashes(live), "backfill": hashes(backfill)}
 
 
+def test_hourly_ingest_across_a_dst_switch_writes_the_bronze_and_silver_one_backfill_writes(
+    hourly_and_backfill,
+) -> None:  # type: ignore[no-untyped-def]
+    """Every row, quarantined ones included, by an order-free hash of all its columns but the run's."""
+    live, backfill = hourly_and_backfill["live"]["ingested"], hourly_and_backfill["backfill"]["ingested"]
+    assert {t for t in live if live[t] != backfill[t]} == set(), {t: (live[t], backfill[t]) for t in live}
+    # Every silver table holds rows by the window's end (users, events, impressions, outcomes ...).
+    assert {t for t, h in live.items() if t.startswith("silver.") and not h["rows"]} == set()
+    assert live["quarantine"]["rows"] > 0  # the simulator breaks some lines on purpose
+
+
 def test_hourly_runs_across_a_dst_switch_write_the_values_one_backfill_writes(hourly_and_backfill) -> None:  # type: ignore[no-untyped-def]
-    live, backfill = hourly_and_backfill["live"], hourly_and_backfill["backfill"]
+    live, backfill = hourly_and_backfill["live"]["gold"], hourly_and_backfill["backfill"]["gold"]
     differ = {
         t: sorted(
             c for c, h in live[t]["values"]["columns"].items() if backfill[t]["values"]["columns"].get(c) != h
@@ -223,5 +248,5 @@ def test_hourly_runs_across_a_dst_switch_stamp_created_as_one_backfill_does(hour
     """A row at a fact's own instant (a profile or event version, an event's creation) delivered
     with the next hour's export is stamped by a backfill at the end of that hour, as the hourly run
     that first read it stamped it (``transforms.KNOWN_BY``)."""
-    live, backfill = hourly_and_backfill["live"], hourly_and_backfill["backfill"]
+    live, backfill = hourly_and_backfill["live"]["gold"], hourly_and_backfill["backfill"]["gold"]
     assert {t for t in GOLD_KEYS if live[t]["with_created"] != backfill[t]["with_created"]} == set()
