@@ -94,6 +94,10 @@ class FeastSettings(_Strict):
     # faster, bench/bench_training.py) or "spark" (Feast's stock Spark store, the reference the
     # tests hold it equal to).
     offline_store: str = "pipelines.offline_store.SortedSparkOfflineStore"
+    # Feast's batch (materialization) engine: turnout's (pipelines/online_write.py: Feast's local
+    # engine converting each column in one pass and writing SQLite in one executemany; the same
+    # bytes online, bench/bench_materialize.py) or "local" (Feast's own, the tests' reference).
+    batch_engine: str = "pipelines.online_write.ColumnarComputeEngine"
     # Where the Spark offline store writes a point-in-time join's result as Parquet for the
     # driver to read (a local path or s3://): collecting a training set through the driver's
     # JVM instead needs the whole result on its heap.

@@ -37,6 +37,12 @@ def offline_store_config(settings: Settings) -> dict[str, Any]:
     }
 
 
+def batch_config(settings: Settings) -> dict[str, Any]:
+    """``feature_store.yaml`` for the batch side: the Spark offline store and the batch engine."""
+    config = repo_config_dict(settings, offline_store_config(settings))
+    return {**config, "batch_engine": {"type": settings.feast.batch_engine}}
+
+
 def write_feature_store_yaml(settings: Settings, path: Path | None = None) -> Path:
     """Write the profile's ``feature_store.yaml`` (default ``$TURNOUT_HOME/feast/``) and return its path.
 
@@ -48,7 +54,7 @@ def write_feature_store_yaml(settings: Settings, path: Path | None = None) -> Pa
     target = path or feast_dir(settings) / FEATURE_STORE_YAML
     target.parent.mkdir(parents=True, exist_ok=True)
     header = f"# Generated from conf/{settings.profile}.yaml by pipelines.feast_store; do not edit.\n"
-    config = repo_config_dict(settings, offline_store_config(settings))
+    config = batch_config(settings)
     target.write_text(header + yaml.safe_dump(config, sort_keys=False))
     return target
 
@@ -67,7 +73,7 @@ def get_store(settings: Settings) -> FeatureStore:
 
     get_spark(settings)
     _ensure_local_dirs(settings)
-    config = repo_config_dict(settings, offline_store_config(settings))
+    config = batch_config(settings)
     return FeatureStore(config=RepoConfig(repo_path=feast_dir(settings), **config))
 
 

@@ -194,3 +194,5 @@ def test_feature_store_yaml_comes_from_conf(tmp_path: Path, profile: str, online
     config = RepoConfig(repo_path=path.parent, **data)  # Feast's own model accepts it
     assert config.online_store.type == online_type
     assert config.materialization_config.pull_latest_features is True
+    assert data["batch_engine"]["type"] == "pipelines.online_write.ColumnarComputeEngine"
+    assert type(config.batch_engine).__name__ == "ColumnarComputeEngineConfig"  # Feast resolves it
