@@ -219,7 +219,7 @@ class _ColumnarOutputNode(LocalOutputNode):
         if view.online:
             store, config = context.online_store, context.repo_config
             join_keys = {e.name: e.dtype.to_value_type() for e in view.entity_columns}
-            size = context.repo_config.materialization_config.online_write_batch_size
+            size = config.materialization_config.online_write_batch_size
             for batch in [table] if size is None else table.to_batches(max_chunksize=size):
                 batch = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
                 with _collector_paused():

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import pandas as pd
 import pytest
 
+from bench.bench_materialize import online_contents
 from conf import Settings
 from pipelines import feast_store
 from pipelines.features import definitions, materialize
@@ -313,32 +314,6 @@ def test_the_sorted_store_equals_feasts_stock_store_on_a_whole_service(lake, his
     assert 0.3 * len(names) * len(ours) < present < len(names) * len(ours)
 
 
-def _online_contents(settings: Settings) -> dict[Any, Any]:
-    """Everything the online store holds for the settings' project, as stored (bytes); Redis's
-    keys are deleted once read."""
-    project = settings.feast.project
-    online = settings.feast.online_store
-    if online["type"] == "sqlite":
-        import sqlite3
-
-        with sqlite3.connect(online["path"]) as db:
-            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-            return {
-                table.removeprefix(f"{project}_"): sorted(db.execute(f'SELECT * FROM "{table}"').fetchall())
-                for table in tables
-            }
-    import redis
-
-    assert REDIS_URL is not None
-    client = redis.Redis.from_url(REDIS_URL)
-    suffix = project.encode()
-    keys = list(client.scan_iter(match=b"*" + suffix, count=1000))
-    contents = {key.removesuffix(suffix): client.hgetall(key) for key in keys}
-    if keys:
-        client.delete(*keys)  # the test's own project: nothing else shares it
-    return contents
-
-
 def test_the_columnar_engine_writes_what_feasts_local_engine_writes(lake, backend) -> None:  # type: ignore[no-untyped-def]
     """Every view materialized twice from nothing online, once through Feast's stock local engine
     and once through ``pipelines.online_write`` (the default): the stores hold the same bytes."""
@@ -358,7 +333,7 @@ def test_the_columnar_engine_writes_what_feasts_local_engine_writes(lake, backen
         definitions.apply_definitions(settings)
         report = materialize.materialize(settings, END_2)
         assert report["rows"] > 0 and {v["status"] for v in report["views"].values()} == {"materialized"}
-        contents[engine] = _online_contents(settings)
+        contents[engine] = online_contents(settings, REDIS_URL if name == "redis" else None)
     feasts, ours = contents.values()
     assert ours == feasts
     values = sum(len(v) for v in ours.values())
