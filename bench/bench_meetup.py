@@ -23,6 +23,9 @@ events that *started* before T. Rankers, each scored on the same candidates:
   event: its venue), started before T;
 * ``own history``: the member's own RSVPs to earlier events of the series, then of the venue,
   then popularity to break ties;
+* ``model behind the first-stage cut``: serving's funnel on real people: the best max(50, a
+  tenth) of the candidates by a first stage distilled from the model (``models.heads.
+  distill_first_stage``, as training distills p_rsvp's), then the model's order among them;
 * ``model``: LightGBM on implicit exposures. The crawl has no impressions, so a training row is
   what retrieval returned for a member at an earlier instant t (every member's split minus 21,
   42, ... days), labelled by whether the member RSVPed; features are the rankers' signals plus
@@ -47,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from importers.meetup import ImportReport, map_crawl, read_crawl
+from models.heads import FirstStage, distill_first_stage
 from published.geo_index import GeoParams, build_geo_index
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "meetup"
@@ -275,22 +279,38 @@ def training_rows(
     return pd.concat(frames, ignore_index=True)
 
 
-def fit_models(rows: pd.DataFrame, splits: np.ndarray) -> dict[int, Any]:
+@dataclass(frozen=True)
+class QuarterModel:
+    """One quarter's model and serving's first stage distilled from it."""
+
+    booster: Any
+    first_stage: FirstStage
+
+
+def fit_models(rows: pd.DataFrame, splits: np.ndarray) -> dict[int, QuarterModel | None]:
     """One LightGBM per quarter of splits, on rows whose label window closed before it began."""
     import lightgbm as lgb
 
-    models: dict[int, Any] = {}
+    models: dict[int, QuarterModel | None] = {}
     for q in sorted({quarter_start(int(s)) for s in splits}):
         train = rows[rows["t_s"] + HORIZON.total_seconds() <= q]
         if train["label"].sum() < 20:
             models[q] = None
             continue
         data = lgb.Dataset(train[FEATURES], label=train["label"])
-        models[q] = lgb.train(MODEL_PARAMS, data, num_boost_round=150)
+        booster = lgb.train(MODEL_PARAMS, data, num_boost_round=150)
+        models[q] = QuarterModel(
+            booster, distill_first_stage(booster, FEATURES, train, seed=7, num_threads=1)
+        )
     return models
 
 
-def rank(name: str, f: pd.DataFrame, rng: np.random.Generator, model: Any) -> np.ndarray:
+def first_stage_keep(n: int) -> int:
+    """Serving's cut at this candidate count: a tenth, never fewer than 2 x 25 (as the evaluation)."""
+    return max(2 * K, int(np.ceil(0.1 * n)))
+
+
+def rank(name: str, f: pd.DataFrame, rng: np.random.Generator, model: QuarterModel | None) -> np.ndarray:
     """Candidate order (indices into ``f``), best first."""
     n = len(f)
     if name == "random":
@@ -308,19 +328,41 @@ def rank(name: str, f: pd.DataFrame, rng: np.random.Generator, model: Any) -> np
     if name == "model":
         if model is None:
             return rank("own history", f, rng, None)
-        return np.argsort(-model.predict(f[FEATURES]), kind="stable")
+        return np.argsort(-model.booster.predict(f[FEATURES]), kind="stable")
+    if name == "model behind the first-stage cut":
+        if model is None:
+            return rank("own history", f, rng, None)
+        keep = first_stage_keep(n)
+        if n <= keep:
+            return rank("model", f, rng, model)
+        first = np.asarray(model.first_stage.booster.predict(f[model.first_stage.columns], raw_score=True))
+        kept = np.sort(np.argpartition(-first, keep - 1)[:keep])
+        return kept[np.argsort(-model.booster.predict(f.iloc[kept][FEATURES]), kind="stable")]
     raise ValueError(name)
 
 
-RANKERS = ["random", "soonest", "nearest", "popularity", "own history", "model"]
+RANKERS = [
+    "random",
+    "soonest",
+    "nearest",
+    "popularity",
+    "own history",
+    "model behind the first-stage cut",
+    "model",
+]
 
 
 def evaluate(
-    crawl: Crawl, params: GeoParams, models: dict[int, Any], seed: int, members: int | None = None
+    crawl: Crawl,
+    params: GeoParams,
+    models: dict[int, QuarterModel | None],
+    seed: int,
+    members: int | None = None,
 ) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     hits: dict[str, list[float]] = {r: [] for r in RANKERS}
-    kept, total, members_with = 0, 0, 0
+    kept, total, members_with, cut = 0, 0, 0, 0
+    sizes: list[int] = []
     for member, split_s in enumerate(crawl.members["split_s"].to_numpy()[:members]):
         truth = positives(crawl, member, int(split_s))
         if not truth:
@@ -336,6 +378,8 @@ def evaluate(
             continue
         f = features(crawl, member, int(split_s), events, dist)
         model = models.get(quarter_start(int(split_s)))
+        sizes.append(len(events))
+        cut += len(events) > first_stage_keep(len(events))
         for r in RANKERS:
             top = set(events[rank(r, f, rng, model)[:K]].tolist())
             hits[r].append(len(top & truth) / len(truth))
@@ -344,6 +388,8 @@ def evaluate(
         "members_with_positives": members_with,
         "positives": total,
         "retrieval_keeps": kept / max(total, 1),
+        "candidates_p50": float(np.median(sizes)) if sizes else 0.0,
+        "members_cut": cut,
         "recall_at_25": {r: float(np.mean(h)) if h else 0.0 for r, h in hits.items()},
     }
 
@@ -389,7 +435,8 @@ def main() -> None:
     )
     print(
         f"members with an RSVP in the 21 days after their split: {result['members_with_positives']:,} "
-        f"({result['positives']:,} positives); retrieval keeps {result['retrieval_keeps']:.1%} of them"
+        f"({result['positives']:,} positives); retrieval keeps {result['retrieval_keeps']:.1%} of them; "
+        f"candidates p50 {result['candidates_p50']:,.0f}, the first-stage cut binds for {result['members_cut']:,}"
     )
     print(
         f"model: {len(rows):,} implicit-exposure rows ({int(rows['label'].sum()):,} positive), "

@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from models.compiled import MANIFEST_FILE
+from models.compiled import FIRST_STAGE_TREES, MANIFEST_FILE
 from models.heads import Head
 from serving.config import ServingConfig
 from serving.features import UserRow, assemble, zone_offsets_min
-from serving.feed import FeedRequest, serve_feed
+from serving.feed import FeedRequest, serve_feed, weekend_mask
 from serving.rank import prefilter
 from serving.snapshot import EventSnapshot
 from serving.state import ServingState
@@ -164,6 +164,8 @@ def run_bench(
         make_head("attend", rows=12_000, rounds=300, params=HEAD_SHAPES[head_shape], seed=2),
     )
     plain_heads = heads
+    # The cut before the distilled first stage: the p_rsvp head's own first 30 trees.
+    first_trees = replace(heads[0], first_stage=None)
     if compiled_cache is not None:
         heads = (_compiled(heads[0], compiled_cache, say), _compiled(heads[1], compiled_cache, say))
     setup_s = time.perf_counter() - t0
@@ -187,19 +189,14 @@ def run_bench(
     lightgbm_path: dict[str, Any] | None = None
     if heads is not plain_heads:
         say(f"the same {requests} requests with LightGBM's own predictor...")
-        lgb_totals, _, lgb_stages = _serve_all(make_state(world, plain_heads, config=config), reqs)
-        lightgbm_path = {
-            "p50_ms": _pct(lgb_totals, 50),
-            "p99_ms": _pct(lgb_totals, 99),
-            "stages_ms": {k: {"p50": _pct(v, 50), "p99": _pct(v, 99)} for k, v in lgb_stages.items()},
-        }
+        lightgbm_path = _path_report(*_serve_all(make_state(world, plain_heads, config=config), reqs))
 
     # Baseline: stock LightGBM, both full heads over every eligible candidate, same requests.
     say(f"stock LightGBM, both heads on every candidate, {min(baseline_requests, requests)} requests...")
     snap = world.snapshot
     columns = sorted({*heads[0].columns, *heads[1].columns, "is_free", "history_depth"})
     full_ms: list[float] = []
-    kept_share: list[float] = []
+    kept_share: dict[str, list[float]] = {"now": [], "first_30_trees": [], "weekend": []}
     tree_ns: dict[str, list[float]] = {}
     for req in reqs[:baseline_requests]:
         assert req.lat is not None and req.lng is not None
@@ -216,11 +213,14 @@ def run_bench(
         full = plain_heads[0].predict(x, config.num_threads) * plain_heads[1].predict(x, config.num_threads)
         full_ms.append((time.perf_counter() - t) * 1000)
         # What the first-stage cut costs: the full model's expected attendance of its own top 24
-        # with and without the cut (model-estimated, not ground truth).
-        kept = prefilter(x, plain_heads[0], config.prefilter_trees, config.prefilter_keep, config.num_threads)
-        best = np.sort(full)[::-1][:24].sum()
-        best_cut = np.sort(full[kept])[::-1][:24].sum()
-        kept_share.append(float(best_cut / best) if best > 0 else 1.0)
+        # with and without the cut (model-estimated, not ground truth); and of the weekend
+        # module's top 6 among its own candidates.
+        weekend = _weekend(state, world, config, req)
+        keep = config.prefilter_keep
+        kept = prefilter(x, plain_heads[0], keep, 1, also=weekend, also_keep=config.weekend_keep)
+        kept_share["now"].append(_kept_share(full, kept, 24))
+        kept_share["first_30_trees"].append(_kept_share(full, prefilter(x, first_trees, keep, 1), 24))
+        kept_share["weekend"].append(_kept_share(full, kept, 6, among=weekend))
         for name, cost in row_tree_ns(heads[0], plain_heads[0], x, kept, config).items():
             tree_ns.setdefault(name, []).append(cost)
 
@@ -248,9 +248,8 @@ def run_bench(
             "requests": len(full_ms),
         },
         **feast,
-        "cut_keeps_expected_attendance_top24": {
-            "min": round(min(kept_share), 4),
-            "mean": round(float(np.mean(kept_share)), 4),
+        "cut_keeps_expected_attendance": {
+            k: {"min": round(min(v), 4), "mean": round(float(np.mean(v)), 4)} for k, v in kept_share.items()
         },
         "http_ms": http,
         "ns_per_row_tree": {k: round(float(np.median(v)), 1) for k, v in tree_ns.items()},
@@ -260,8 +259,38 @@ def run_bench(
             h.name: {"trees": h.booster.num_trees(), "columns": len(h.columns), "shape": head_shape}
             for h in heads
         },
+        "first_stage": {"columns": len(heads[0].first_stage_columns()), "trees": _first_trees(heads[0])},
         "num_threads": config.num_threads,
         "setup_s": round(setup_s, 1),
+    }
+
+
+def _first_trees(head: Head) -> int:
+    return head.first_stage.booster.num_trees() if head.first_stage is not None else FIRST_STAGE_TREES
+
+
+def _kept_share(full: np.ndarray, kept: np.ndarray, k: int, among: np.ndarray | None = None) -> float:
+    """The full model's expected attendance of its best ``k`` (of the rows ``among`` marks) with
+    the cut, over the same without it."""
+    rows = np.arange(len(full)) if among is None else np.flatnonzero(among)
+    best = np.sort(full[rows])[::-1][:k].sum()
+    best_cut = np.sort(full[np.intersect1d(rows, kept)])[::-1][:k].sum()
+    return float(best_cut / best) if best > 0 else 1.0
+
+
+def _weekend(state: ServingState, world: World, config: ServingConfig, req: FeedRequest) -> np.ndarray:
+    """Which of the request's candidates (``_candidate_rows``) the weekend module ranks."""
+    assert req.lat is not None and req.lng is not None
+    got = world.index.query(req.lat, req.lng, req.now)
+    rows = state.index_rows(world.index)[got.positions]
+    return weekend_mask(world.snapshot, rows, got.distance_km, req.now, config.weekend_radius_km)
+
+
+def _path_report(totals: list[float], _: list[int], stages: dict[str, list[float]]) -> dict[str, Any]:
+    return {
+        "p50_ms": _pct(totals, 50),
+        "p99_ms": _pct(totals, 99),
+        "stages_ms": {k: {"p50": _pct(v, 50), "p99": _pct(v, 99)} for k, v in stages.items()},
     }
 
 
@@ -327,7 +356,7 @@ def row_tree_ns(
     """Nanoseconds per row and tree of the p_rsvp head's two forests (the first stage on every
     candidate, the full forest on the survivors), as scored by ``head`` and by LightGBM's own
     predictor (``plain``), on one thread of scoring each."""
-    first = x[head.columns].to_numpy()
+    first = x[head.first_stage_columns()].to_numpy()
     survivors = x.iloc[kept]
     trees = head.booster.num_trees()
     out = {}
@@ -335,10 +364,8 @@ def row_tree_ns(
         if backend == "compiled" and not h.compiled:
             continue
         t = time.perf_counter()
-        h.first_trees_raw(first, config.prefilter_trees, config.num_threads)
-        out[f"first_stage_{backend}"] = (
-            (time.perf_counter() - t) * 1e9 / (len(first) * config.prefilter_trees)
-        )
+        h.first_stage_raw(first, config.num_threads)
+        out[f"first_stage_{backend}"] = (time.perf_counter() - t) * 1e9 / (len(first) * _first_trees(h))
         t = time.perf_counter()
         h.raw(survivors, config.num_threads)
         out[f"full_forest_{backend}"] = (time.perf_counter() - t) * 1e9 / (len(survivors) * trees)
@@ -602,9 +629,12 @@ def feast_read_baseline(
     }
 
 
-def table_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+TABLE_COLUMNS = ("stage", "p50 ms", "p99 ms", "p50 ms, LightGBM predictor", "p99 ms, LightGBM predictor")
+
+
+def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     """The report as rows of (what, p50, p99, p50 with LightGBM's predictor, p99 with it): the
-    per-stage feed path, then the two baselines (their times in the first pair)."""
+    per-stage feed path, then the baselines (their times in the first pair)."""
     lgb_path = report.get("feed_path_lightgbm_predictor") or {}
     lgb_stages = lgb_path.get("stages_ms", {})
 
@@ -612,7 +642,7 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         v = lgb_stages.get(name)
         return f"{v[q]:.2f}" if v else "-"
 
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (name, f"{v['p50']:.2f}", f"{v['p99']:.2f}", other(name, "p50"), other(name, "p99"))
         for name, v in report["stages_ms"].items()
     ]
@@ -651,10 +681,13 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
     """What the table leaves out: sizes, the cut's cost, the Feast read's correctness."""
+    cut, first = report["cut_keeps_expected_attendance"], report["first_stage"]
     lines = [
         f"{report['requests']} requests, candidates p50 {report['candidates_p50']:,}, heads {report['heads']}, "
-        f"trees scored by {report['scoring']}, {report['num_threads']} scoring thread(s); the first-stage cut "
-        f"keeps {report['cut_keeps_expected_attendance_top24']} of the full model's top-24 expected attendance"
+        f"trees scored by {report['scoring']}, {report['num_threads']} scoring thread(s). First stage: "
+        f"{first['trees']} trees on {first['columns']} columns. Of the full model's expected attendance, "
+        f"the cut keeps {cut['now']} of its top 24 (by the head's first 30 trees: {cut['first_30_trees']}) and {cut['weekend']} of the "
+        "weekend module's top 6"
     ]
     ns = report["ns_per_row_tree"]
     if "first_stage_compiled" in ns:
@@ -676,8 +709,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
 
 
 def print_table(report: dict) -> None:
-    print("| stage | p50 ms | p99 ms | p50 ms, LightGBM predictor | p99 ms, LightGBM predictor |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| " + " | ".join(TABLE_COLUMNS) + " |")
+    print("| --- |" + " ---: |" * (len(TABLE_COLUMNS) - 1))
     for row in table_rows(report):
         print("| " + " | ".join(row) + " |")
     print("\n" + "\n".join(summary_lines(report)))

@@ -614,7 +614,7 @@ def bench_serving(
 ) -> None:
     """Time feed requests on a dense synthetic metro, per stage, beside stock LightGBM full scoring
     and the Feast SDK read path on the same requests."""
-    from bench.bench_serving import run_bench, summary_lines, table_rows
+    from bench.bench_serving import TABLE_COLUMNS, run_bench, summary_lines, table_rows
 
     cache = None if no_compile else _settings(profile).home / "cache" / "compiled"
     report = run_bench(
@@ -625,7 +625,7 @@ def bench_serving(
         compiled_cache=cache,
         head_shape=heads,
     )
-    err.print(render.serving_bench(report, table_rows(report), summary_lines(report)))
+    err.print(render.serving_bench(report, TABLE_COLUMNS, table_rows(report), summary_lines(report)))
     _emit(report, as_json)
 
 

@@ -241,11 +241,10 @@ def feed(result: Any) -> RenderableType:
 
 
 def serving_bench(
-    report: dict[str, Any], rows: list[tuple[str, str, str, str, str]], summary: list[str]
+    report: dict[str, Any], columns: tuple[str, ...], rows: list[tuple[str, ...]], summary: list[str]
 ) -> RenderableType:
     table = _table(
-        f"{report['requests']} feed requests, candidates p50 {report['candidates_p50']:,}",
-        ("stage", "p50 ms", "p99 ms", "p50 ms, LightGBM predictor", "p99 ms, LightGBM predictor"),
+        f"{report['requests']} feed requests, candidates p50 {report['candidates_p50']:,}", columns
     )
     for row in rows:
         table.add_row(*(cell.replace("**", "") for cell in row))

@@ -7,7 +7,9 @@ seconds to minutes, so it happens once, beside registration, and the object code
 model as an artifact; serving only loads it, never compiles.
 
 Two forests per head: ``full`` (every tree, LightGBM's probability) and, for the p_rsvp head,
-``first`` (the first ``FIRST_STAGE_TREES`` trees, raw score), the funnel's cheap first stage.
+``first`` (raw score), the funnel's cheap first stage: the small forest distilled from the head
+(``models.heads.FirstStage``), or for a head trained before there was one, its first
+``FIRST_STAGE_TREES`` trees.
 Object code is specific to the CPU it was compiled for: the manifest records the target, and a
 host that differs loads nothing and keeps LightGBM's predictor (logged, and shown by /healthz).
 """
@@ -27,9 +29,9 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-# The funnel's first stage (design/large-scale-recsys.md): the p_rsvp head's first this-many trees
-# rank every candidate and the best FIRST_STAGE_KEEP of up to 15,000 go on to both full heads.
-# Serving runs it; the evaluation prices what it cuts.
+# The funnel's first stage (design/large-scale-recsys.md): a forest of this many trees ranks every
+# candidate and the best FIRST_STAGE_KEEP of up to 15,000 go on to both full heads. Serving runs
+# it; the evaluation prices what it cuts.
 FIRST_STAGE_TREES = 30
 FIRST_STAGE_KEEP = 1500
 MANIFEST_FILE = "compiled.json"
@@ -60,20 +62,16 @@ class CompiledForest:
         return np.asarray(self.model.predict(matrix, n_jobs=num_threads or None), dtype=float)
 
 
-def _forests(booster: lgb.Booster, first_stage: bool) -> dict[str, tuple[int | None, bool]]:
-    out: dict[str, tuple[int | None, bool]] = {"full": (None, False)}
-    if first_stage and booster.num_trees() > FIRST_STAGE_TREES:
-        out["first"] = (FIRST_STAGE_TREES, True)
-    return out
-
-
-def compile_booster(booster: lgb.Booster, directory: Path, model_sha256: str, first_stage: bool) -> Path:
-    """Compile ``booster`` (and its first stage) into ``directory``; returns the manifest path."""
+def compile_forests(
+    forests: dict[str, tuple[lgb.Booster, int | None, bool]], directory: Path, model_sha256: str
+) -> Path:
+    """Compile each named ``(booster, leading trees or None for all, raw score)`` into
+    ``directory``; returns the manifest path. ``model_sha256`` names the model they belong to."""
     import lleaves
 
     directory.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, Any] = {"target": host_target(), "model_sha256": model_sha256, "forests": {}}
-    for name, (trees, raw) in _forests(booster, first_stage).items():
+    for name, (booster, trees, raw) in forests.items():
         started = time.perf_counter()
         text = directory / f"{name}.txt"
         booster.save_model(str(text), num_iteration=trees)

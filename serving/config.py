@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.compiled import FIRST_STAGE_KEEP, FIRST_STAGE_TREES
+from models.compiled import FIRST_STAGE_KEEP
 
 
 @dataclass(frozen=True)
@@ -21,10 +21,11 @@ class ServingConfig:
     # 0.5 for the same category (organizers mostly stick to a category, so organizer dominates).
     mmr_lambda: float = 0.8
     mmr_pool: int = 300  # MMR looks at the best this-many by score; the 25 come from well inside it
-    # The funnel: the first this-many trees of the p_rsvp head rank every candidate, and only the
-    # best ``prefilter_keep`` go on to both full heads (design/large-scale-recsys.md).
-    prefilter_trees: int = FIRST_STAGE_TREES  # compiled at registration (models/compiled.py)
+    # The funnel: the p_rsvp head's first stage ranks every candidate, and only the best
+    # ``prefilter_keep`` go on to both full heads (design/large-scale-recsys.md), with the best
+    # ``weekend_keep`` of the weekend module's candidates (it ranks among those alone).
     prefilter_keep: int = FIRST_STAGE_KEEP
+    weekend_keep: int = 60
     # Organizers with at most this many completed events count as cold for the exploration slot.
     cold_organizer_max_events: int = 2
     # LightGBM threads per request: 1 keeps a 2-core box serving two requests at once.

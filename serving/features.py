@@ -38,6 +38,9 @@ class UserRow:
         return float("nan") if v is None else float(v)
 
 
+CROSSES = frozenset({"distance_km", "distance_bucket", "lead_time_hours", "request_hour_of_week"})
+
+
 def request_crosses(
     request_lat: float,
     request_lng: float,
@@ -46,21 +49,25 @@ def request_crosses(
     venue_lat: F64,
     venue_lng: F64,
     start_ts: F64,
+    names: frozenset[str] = CROSSES,
 ) -> dict[str, F64]:
-    """``features.crosses.request_crosses`` on arrays; integer outputs as floats, NaN = missing."""
-    distance_km = haversine_km(request_lat, request_lng, venue_lat, venue_lng)
-    bucket = distance_band(distance_km).astype(float)
-    bucket[np.isnan(distance_km)] = np.nan
-    lead_time_hours = (start_ts - request_ts) / 3600.0
-    local_s = request_ts + utc_offset_min * 60.0
-    # 1970-01-01 was a Thursday: day index 3 when Monday is 0.
-    hour_of_week = ((np.floor(local_s / 86400.0) + 3) % 7) * 24 + np.floor((local_s % 86400.0) / 3600.0)
-    return {
-        "distance_km": distance_km,
-        "distance_bucket": bucket,
-        "lead_time_hours": np.asarray(lead_time_hours, dtype=float),
-        "request_hour_of_week": np.asarray(hour_of_week, dtype=float),
-    }
+    """``features.crosses.request_crosses`` on arrays; integer outputs as floats, NaN = missing.
+    Only the crosses in ``names`` are computed (a first stage reads few)."""
+    out: dict[str, F64] = {}
+    if names & {"distance_km", "distance_bucket"}:
+        out["distance_km"] = haversine_km(request_lat, request_lng, venue_lat, venue_lng)
+    if "distance_bucket" in names:
+        bucket = distance_band(out["distance_km"]).astype(float)
+        bucket[np.isnan(out["distance_km"])] = np.nan
+        out["distance_bucket"] = bucket
+    if "lead_time_hours" in names:
+        out["lead_time_hours"] = np.asarray((start_ts - request_ts) / 3600.0, dtype=float)
+    if "request_hour_of_week" in names:
+        local_s = request_ts + utc_offset_min * 60.0
+        # 1970-01-01 was a Thursday: day index 3 when Monday is 0.
+        hour = ((np.floor(local_s / 86400.0) + 3) % 7) * 24 + np.floor((local_s % 86400.0) / 3600.0)
+        out["request_hour_of_week"] = np.asarray(hour, dtype=float)
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -127,17 +134,15 @@ def assemble(
     the snapshot's zones: the request's local hour of week is read in the venue's zone, as the
     training rows were built. ``friends_going`` is per row of ``rows``.
     """
-    n = len(rows)
+    x = np.empty((len(rows), len(columns)))
     positions = snapshot.column_positions(columns)
     from_snapshot = positions >= 0
-    if from_snapshot.any():
-        # Rows first, then columns: two contiguous gathers, ~2x faster than one 2-D fancy index,
-        # and the second writes the final matrix (columns the snapshot lacks take column 0 here
-        # and are overwritten below).
-        picked = np.take(snapshot.features, rows, axis=0)
-        x = np.take(picked, np.where(from_snapshot, positions, 0), axis=1)
-    else:
-        x = np.empty((n, len(columns)))
+    # One gather per column from the column-major snapshot: a first stage reading 16 of ~90 event
+    # columns copies only those (3.1 -> 0.35 ms for 15,000 candidates; gathering whole rows
+    # first copied every column).
+    features = snapshot.features
+    for i in np.flatnonzero(from_snapshot):
+        x[:, i] = features[:, positions[i]].take(rows)
     crosses = request_crosses(
         request_lat,
         request_lng,
@@ -146,6 +151,7 @@ def assemble(
         snapshot.venue_lat[rows],
         snapshot.venue_lng[rows],
         snapshot.start_ts[rows],
+        CROSSES.intersection(columns),
     )
     request_side: dict[str, F64] = {
         **crosses,

@@ -201,7 +201,7 @@ class Scores:
 def score_candidates(
     state: ServingState,
     rows: I64,
-    must_score: Bool,
+    weekend: Bool,
     user: UserRow | None,
     lat: float,
     lng: float,
@@ -211,7 +211,8 @@ def score_candidates(
     timer: StageTimer,
 ) -> Scores:
     """The funnel: the first stage on every candidate, both heads on the survivors (plus
-    ``must_score``); metro popularity when there is no model or it fails to score."""
+    the best of the ``weekend`` module's own candidates); metro popularity when there is no model
+    or it fails to score."""
     cfg, snap = state.config, state.snapshot
     n = len(rows)
     out = Scores(np.full(n, -np.inf), np.full(n, np.nan), np.full(n, np.nan), 0, state.models.current)
@@ -222,14 +223,14 @@ def score_candidates(
     # A snapshot without online features (the store was never reachable) would be scored on NaNs.
     if model is not None and model.scorer.rsvp is not None and snap.source != CATALOG_ONLY:
         try:
-            # Every candidate gets the p_rsvp head's columns in its order (the first stage's trees
-            # read the matrix as is); the survivors then get every column both heads and the
-            # calibration segments read.
+            # Every candidate gets the first stage's few columns, in its order; the survivors then
+            # get every column both heads and the calibration segments read.
             rsvp = model.scorer.rsvp
-            first_x = assemble(snap, rows, rsvp.columns, user, lat, lng, now_s, going, offsets)
+            first_x = assemble(snap, rows, rsvp.first_stage_columns(), user, lat, lng, now_s, going, offsets)
             timer.lap("features")
-            first = prefilter(first_x, rsvp, cfg.prefilter_trees, cfg.prefilter_keep, cfg.num_threads)
-            chosen = np.union1d(first, np.flatnonzero(must_score)).astype(np.int64)
+            chosen = prefilter(
+                first_x, rsvp, cfg.prefilter_keep, cfg.num_threads, also=weekend, also_keep=cfg.weekend_keep
+            )
             timer.lap("prefilter")
             columns = sorted({*model.scorer.columns(), "is_free", "history_depth"})
             x = assemble(snap, rows[chosen], columns, user, lat, lng, now_s, going[chosen], offsets)

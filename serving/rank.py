@@ -20,20 +20,33 @@ Bool = npt.NDArray[np.bool_]
 EXPLORATION_KINDS: Final = ("random", "cold_organizer")
 
 
-def prefilter(x: pd.DataFrame | F64, head: Head, trees: int, keep: int, num_threads: int = 1) -> I64:
-    """Positions of the best ``keep`` rows by the first ``trees`` trees of ``head``'s booster
-    (``x``: a frame, or a matrix of ``head.columns`` in order).
+def prefilter(
+    x: pd.DataFrame | F64,
+    head: Head,
+    keep: int,
+    num_threads: int = 1,
+    also: Bool | None = None,
+    also_keep: int = 0,
+) -> I64:
+    """Positions of the best ``keep`` rows by ``head``'s first stage (``x``: a frame, or a matrix
+    of ``head.first_stage_columns()`` in order), and of the best ``also_keep`` among the rows
+    ``also`` marks (a module that ranks only those rows needs its own best, whatever the others').
 
-    The first stage of the funnel: boosting front-loads the big splits, so the first few dozen
-    trees of the same p_rsvp model already order candidates roughly as the whole model does, at a
-    tenth of the cost. Both full heads then score only the survivors. With ``keep`` or fewer rows
-    nothing is cut. The bench and the tests measure what the cut loses at the top 25.
+    The first stage of the funnel: a small forest distilled from the p_rsvp head orders candidates
+    roughly as the head does, at a fraction of the cost. Both full heads then score only the
+    survivors. With ``keep`` or fewer rows nothing is cut. The bench and the evaluation measure
+    what the cut loses at the top 25.
     """
     n = len(x)
     if n <= keep:
         return np.arange(n, dtype=np.int64)
-    raw = head.first_trees_raw(x, trees, num_threads)
+    raw = head.first_stage_raw(x, num_threads)
     best = np.argpartition(-raw, keep - 1)[:keep]
+    if also is not None and also_keep > 0:
+        marked = np.flatnonzero(also)
+        if len(marked) > also_keep:
+            marked = marked[np.argpartition(-raw[marked], also_keep - 1)[:also_keep]]
+        best = np.union1d(best, marked)
     return np.sort(best).astype(np.int64)
 
 

@@ -84,7 +84,9 @@ class EventSnapshot:
     start_ts: F64  # UTC start, epoch seconds
     org_event_count: F64  # NaN when the organizer has no stats yet: cold
     popularity: F64  # the metro-popularity fallback's score (precomputed)
-    features: F64  # (N, F) model inputs that depend on the event only
+    # (N, F) model inputs that depend on the event only, column-major: a request gathers a few
+    # columns for every candidate, and each column's values are then contiguous.
+    features: F64
     feature_names: tuple[str, ...]
     tower_version: str | None = None
     _sorted_ids: Str = field(repr=False, default_factory=lambda: np.empty(0, dtype=np.str_))
@@ -114,7 +116,7 @@ class EventSnapshot:
         if len(np.unique(ids)) != len(ids):
             raise ValueError("duplicate event_id in the snapshot frame")
         names = [n for n in feature_names if n not in REQUEST_SIDE]
-        matrix = np.full((len(frame), len(names)), np.nan)
+        matrix = np.full((len(frame), len(names)), np.nan, order="F")
         for j, name in enumerate(names):
             if name in frame.columns:
                 matrix[:, j] = pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)

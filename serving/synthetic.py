@@ -27,7 +27,7 @@ from features.views import (
     venue_stats,
 )
 from models.calibration import SamplingCorrection, fit_segment_calibrators
-from models.heads import Head, fit_booster, model_columns, segments
+from models.heads import Head, distill_first_stage, fit_booster, model_columns, segments
 from published.feature_store import service_feature_names
 from published.geo_index import GeoIndex, GeoParams, build_geo_index
 from serving.availability import SQLiteAvailability
@@ -181,9 +181,11 @@ def make_head(
     calibrators = fit_segment_calibrators(
         correction.apply(booster.predict(xv)), yv, segments(xv), min_rows=200
     )
+    first_stage = distill_first_stage(booster, columns, x, seed, num_threads=1) if name == "rsvp" else None
     return Head(
-        name, booster, list(features), columns, EMBEDDING_DIM, schema_hash, correction, calibrators, TOWER
-    )
+        name, booster, list(features), columns, EMBEDDING_DIM, schema_hash, correction, calibrators, TOWER,
+        first_stage,
+    )  # fmt: skip
 
 
 @dataclass

@@ -33,7 +33,7 @@ import pandas as pd
 
 from conf import Settings
 from models import metrics
-from models.compiled import FIRST_STAGE_KEEP, FIRST_STAGE_TREES
+from models.compiled import FIRST_STAGE_KEEP
 from models.heads import Scorer, to_model_frame
 from pipelines.training.examples import KEY_COLUMNS
 from pipelines.training.report import logged_grades
@@ -92,17 +92,17 @@ def _oracle(truth: Oracle, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
 
 
 def model_scores(
-    frame: pd.DataFrame, scorer: Scorer, truth: Oracle, seed: int, first_stage: tuple[int, float]
+    frame: pd.DataFrame, scorer: Scorer, truth: Oracle, seed: int, first_stage_share: float
 ) -> dict[str, np.ndarray]:
     """Each model's ranking score for each row of a model frame that also carries keys and context;
-    ``first_stage`` is serving's cut: (trees, share of the candidates kept)."""
+    ``first_stage_share`` is serving's cut: the share of the candidates its first stage keeps."""
     s = scorer.score(frame)
     p_r, p_a = _oracle(truth, frame)
     rng = np.random.default_rng(seed)
     popularity = pd.to_numeric(frame["rsvp_count"], errors="coerce").fillna(0).to_numpy()
     return {
         "champion": s["score"],
-        "champion_first_stage": first_stage_cut(frame, scorer, s["score"], *first_stage),
+        "champion_first_stage": first_stage_cut(frame, scorer, s["score"], first_stage_share),
         "rsvp_only": s["p_rsvp"],
         # Ties (most events have few RSVPs) broken at random, not by row order.
         "popularity": popularity + 0.01 * rng.random(len(frame)),
@@ -117,13 +117,13 @@ def model_scores(
 
 
 def first_stage_cut(
-    frame: pd.DataFrame, scorer: Scorer, score: np.ndarray, trees: int, share: float, k: int = 25
+    frame: pd.DataFrame, scorer: Scorer, score: np.ndarray, share: float, k: int = 25
 ) -> np.ndarray:
     """``score`` where serving's first stage would keep the row, -inf where it cuts it: per
-    request, the best ``max(2k, share x candidates)`` by the p_rsvp head's first ``trees`` trees."""
+    request, the best ``max(2k, share x candidates)`` by the p_rsvp head's first stage."""
     if scorer.rsvp is None:
         return score
-    first = scorer.rsvp.first_trees_raw(frame, trees)
+    first = scorer.rsvp.first_stage_raw(frame)
     by_request = pd.Series(first).groupby(frame["request_id"].to_numpy())
     rank = by_request.rank(method="first", ascending=False).to_numpy()
     keep = np.maximum(2 * k, np.ceil(share * by_request.transform("size").to_numpy()))
@@ -187,7 +187,7 @@ def evaluate(
     split = split_training_set(settings, frame, training_set_description(settings, "rsvp", version))
     test = frame[split.test].reset_index(drop=True)
     # Serving's funnel: its first stage keeps prefilter_keep of up to max_candidates (a tenth).
-    first_stage = (FIRST_STAGE_TREES, FIRST_STAGE_KEEP / settings.index.max_candidates)
+    first_stage = FIRST_STAGE_KEEP / settings.index.max_candidates
     logged = model_scores(test, champion, truth, cfg.seed, first_stage)
     grades = logged_grades(test)
     table: dict[str, dict[str, Any]] = {}

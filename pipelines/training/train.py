@@ -32,7 +32,18 @@ import pandas as pd
 
 from conf import Settings
 from models.calibration import SamplingCorrection, fit_segment_calibrators
-from models.heads import DEFAULT_PARAMS, SERVICE_OF_HEAD, Head, Scorer, fit_booster, model_columns, segments
+from models.heads import (
+    DEFAULT_PARAMS,
+    FIRST_STAGE_FILE,
+    SERVICE_OF_HEAD,
+    SIDECAR_FILE,
+    Head,
+    Scorer,
+    distill_first_stage,
+    fit_booster,
+    model_columns,
+    segments,
+)
 from models.metrics import auc, bootstrap_interval
 from models.promotion import CandidateReport, Comparison, Decision, Gates, should_promote
 from pipelines.training import registry
@@ -179,12 +190,19 @@ def fit(settings: Settings, data: TrainingData) -> Any:
 
 def calibrate(settings: Settings, data: TrainingData, booster: Any) -> Head:
     """The odds correction for how negatives were sampled, then per-segment isotonic maps fit on
-    the calibration slice (natural impressions: the population the probability must describe)."""
+    the calibration slice (natural impressions: the population the probability must describe).
+    The p_rsvp head also gets serving's first stage, distilled from it on the training slice."""
     from published.feature_store import declared_service, service_schema_hash
 
     cal = data.split.calibration
     x_cal = data.x[cal]
     corrected = data.correction.apply(booster.predict(x_cal))
+    cfg = settings.training
+    first_stage = None
+    if data.head == "rsvp":
+        first_stage = distill_first_stage(
+            booster, data.columns, data.x[data.split.train], cfg.seed, cfg.num_threads
+        )
     return Head(
         name=data.head,
         booster=booster,
@@ -195,6 +213,7 @@ def calibrate(settings: Settings, data: TrainingData, booster: Any) -> Head:
         correction=data.correction,
         calibrators=fit_segment_calibrators(corrected, data.y[cal], segments(x_cal)),
         tower_version=data.described.get("tower_version"),
+        first_stage=first_stage,
     )
 
 
@@ -227,7 +246,32 @@ def measure(data: TrainingData, trained: Head) -> dict[str, float]:
             **{f"rows_{k}": float(v) for k, v in split.sizes().items()},
         }
     )
+    if trained.first_stage is not None:
+        metrics.update(first_stage_agreement(trained.raw(xt), trained.first_stage_raw(xt)))
     return metrics
+
+
+def first_stage_params(trained: Head) -> dict[str, str]:
+    """What an analyst needs to see of the first stage in the run's parameters."""
+    if trained.first_stage is None:
+        return {}
+    booster = trained.first_stage.booster
+    return {
+        "first_stage_trees": str(booster.num_trees()),
+        "first_stage_columns": ",".join(trained.first_stage.columns),
+    }
+
+
+def first_stage_agreement(head_raw: np.ndarray, first_raw: np.ndarray) -> dict[str, float]:
+    """How well the first stage orders rows as its head does: rank correlation, and the share of
+    the head's top tenth that the first stage's top tenth holds (serving keeps a tenth)."""
+    tenth = max(1, len(head_raw) // 10)
+    top_head = np.argsort(-head_raw, kind="stable")[:tenth]
+    top_first = np.argsort(-first_raw, kind="stable")[:tenth]
+    return {
+        "test_first_stage_spearman": float(pd.Series(head_raw).corr(pd.Series(first_raw), method="spearman")),
+        "test_first_stage_top_tenth_recall": len(np.intersect1d(top_head, top_first)) / tenth,
+    }
 
 
 def leak_diagnostic(
@@ -418,6 +462,7 @@ def log_run(
                 "keep_rate": data.correction.keep_rate,
                 "injected_per_negative": round(data.correction.injected_per_negative, 6),
                 **{f"lgb_{k}": v for k, v in params.items()},
+                **first_stage_params(trained),
             }
         )
         mlflow.set_tags(
@@ -450,6 +495,9 @@ def log_run(
             mlflow.log_artifacts(str(d), artifact_path="report")
             trained.save(d / "head")
             compiled = _compile(trained, d / "head" / "compiled")
+            head_files = [d / "head" / SIDECAR_FILE]
+            if trained.first_stage is not None:
+                head_files.append(d / "head" / FIRST_STAGE_FILE)
             mlflow.set_tag("compiled", "yes" if compiled else "no")
             example = xt.head(50)
             mlflow.lightgbm.log_model(
@@ -458,7 +506,7 @@ def log_run(
                 # The raw booster's columns and output; the served probability is the head's
                 # calibrated map of it (head.json).
                 signature=infer_signature(example, np.asarray(trained.booster.predict(example))),
-                extra_files=[str(d / "head" / "head.json"), *map(str, compiled)],
+                extra_files=[*map(str, head_files), *map(str, compiled)],
                 pip_requirements=[f"lightgbm=={lgb_version}"],
             )
         return str(run.info.run_id)

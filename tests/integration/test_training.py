@@ -301,6 +301,27 @@ def test_the_registered_champion_loads_without_pickle_and_scores_like_training(w
     assert np.isfinite(p).all() and p.min() >= 0 and p.max() <= 1
 
 
+def test_the_p_rsvp_champion_carries_its_first_stage_through_the_registry(world: World) -> None:
+    """The first stage distilled at training travels with the registered model, compiled, and
+    scores in serving exactly as the trained one; its agreement with the head is in the run."""
+    from models.heads import FIRST_STAGE_COLUMNS
+    from pipelines.training.sets import read_training_set
+    from published.registry import load_head
+
+    loaded = load_head(world.settings, "rsvp")
+    assert loaded is not None
+    head = loaded[0]
+    assert head.model_sha256() == world.rsvp["model_sha256"]  # the hash covers the first stage
+    assert head.first_stage is not None and len(head.first_stage_columns()) == FIRST_STAGE_COLUMNS
+    assert set(head.first_stage_columns()) < set(head.columns)
+    frame, _ = read_training_set(world.settings, "rsvp")
+    served = head.first_stage_raw(frame)  # compiled, if this host compiled it at registration
+    plain = head.first_stage.booster.predict(frame[head.first_stage_columns()], raw_score=True)
+    np.testing.assert_allclose(served, plain, rtol=0, atol=1e-9)
+    assert world.rsvp["metrics"]["test_first_stage_top_tenth_recall"] > 0.5
+    assert world.rsvp["metrics"]["test_first_stage_spearman"] > 0.5
+
+
 def test_evaluate_sets_the_champion_beside_the_baselines(world: World) -> None:
     from pipelines.training.evaluate import MODELS, evaluate
     from simulator.truth import GroundTruth
@@ -313,7 +334,7 @@ def test_evaluate_sets_the_champion_beside_the_baselines(world: World) -> None:
     att = {name: row["expected_attendance_at_25"] for name, row in models.items()}
     assert att["oracle"] >= max(att.values()) - 1e-12  # the ceiling
     assert att["champion"] > att["random"]
-    # Serving's first stage (best max(50, 10%) per request by the first 30 trees) keeps the
+    # Serving's first stage (best max(50, 10%) per request by the distilled forest) keeps the
     # champion's picks: a cut that ranked by anything else would drop attendance well below.
     assert att["champion_first_stage"] >= 0.95 * att["champion"]
     assert report["candidates_per_request"] > 25

@@ -4,6 +4,7 @@ object code from another model or another CPU is never loaded."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +36,24 @@ def test_compiled_trees_equal_lightgbms_predictions(compiled, heads) -> None:
     for p, c in zip(plain, native, strict=True):
         np.testing.assert_allclose(c.raw(x, 1), p.booster.predict(x[p.columns]), rtol=0, atol=1e-12)
         np.testing.assert_allclose(c.predict(x, 1), p.predict(x, 1), rtol=0, atol=1e-12)
-    first = plain[0].booster.predict(x[plain[0].columns], num_iteration=FIRST_STAGE_TREES, raw_score=True)
-    np.testing.assert_allclose(native[0].first_trees_raw(x, FIRST_STAGE_TREES, 1), first, rtol=0, atol=1e-12)
-    # Any other cut falls back to LightGBM's own predictor, still exact.
-    ten = plain[0].booster.predict(x[plain[0].columns], num_iteration=10, raw_score=True)
-    np.testing.assert_allclose(native[0].first_trees_raw(x, 10, 1), ten, rtol=0, atol=1e-12)
+    stage = plain[0].first_stage
+    assert stage is not None and native[0].compiled["first"].n_features == len(stage.columns)
+    first = stage.booster.predict(x[stage.columns], raw_score=True)
+    np.testing.assert_allclose(native[0].first_stage_raw(x, 1), first, rtol=0, atol=1e-12)
+
+
+def test_a_head_from_before_the_distilled_first_stage_ranks_by_its_first_trees(
+    compiled, heads, tmp_path
+) -> None:
+    """A p_rsvp version registered before it had a first stage compiles and serves its own
+    first FIRST_STAGE_TREES trees, as it did then."""
+    old = replace(compiled[0][0], first_stage=None)
+    native, why = old.with_compiled(old.compile_to(tmp_path))
+    assert why is None and native.first_stage_columns() == old.columns
+    x = _frame(heads, n=2000)
+    first = old.booster.predict(x[old.columns], num_iteration=FIRST_STAGE_TREES, raw_score=True)
+    np.testing.assert_allclose(native.first_stage_raw(x, 1), first, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(old.first_stage_raw(x, 1), first, rtol=0, atol=1e-12)
 
 
 def test_a_feed_scored_by_compiled_heads_is_the_same_feed(compiled, world) -> None:

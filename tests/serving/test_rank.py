@@ -36,12 +36,29 @@ def test_the_first_stage_keeps_the_full_models_top_25(heads) -> None:
     rsvp = make_head("rsvp", rounds=120, seed=5)
     x = _frame(heads)
     full = rsvp.predict(x) * heads[1].predict(x)
-    kept = prefilter(x, rsvp, trees=30, keep=600)
+    kept = prefilter(x, rsvp, keep=600)
     assert len(kept) == 600
     best = np.argsort(-full)[:25]
     cut_best = kept[np.argsort(-full[kept])[:25]]
     # expected attendance of the top 25, by the full model, with and without the cut
     assert full[cut_best].sum() >= 0.99 * full[best].sum()
+    # A cut by anything else loses attendance: the same share picked at random keeps far less.
+    lucky = np.random.default_rng(0).choice(len(x), 600, replace=False)
+    assert full[lucky[np.argsort(-full[lucky])[:25]]].sum() < 0.9 * full[best].sum()
+
+
+def test_the_cut_keeps_the_best_of_a_modules_own_candidates_too(heads) -> None:
+    """The weekend module ranks only its own candidates: its best by the first stage survive the
+    cut even where the whole metro's best would not include them."""
+    x = _frame(heads)
+    raw = heads[0].first_stage_raw(x)
+    weekend = raw < np.quantile(raw, 0.3)  # candidates the plain cut would all drop
+    kept = prefilter(x, heads[0], keep=600, also=weekend, also_keep=40)
+    plain = prefilter(x, heads[0], keep=600)
+    assert not np.isin(np.flatnonzero(weekend), plain).any()
+    extra = np.setdiff1d(kept, plain)
+    assert len(extra) == 40 and weekend[extra].all()
+    assert raw[extra].min() >= raw[weekend & ~np.isin(np.arange(len(x)), extra)].max()
 
 
 def test_serving_scores_equal_lightgbms_own_predictions(world, heads) -> None:
