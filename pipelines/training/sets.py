@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -88,13 +89,13 @@ def table_version(spark: Any, path: str) -> int:
 
 
 def source_versions(spark: Any, settings: Settings) -> dict[str, int]:
-    versions = {
-        f"silver.{t}": table_version(spark, settings.lake.table_path("silver", t)) for t in SILVER_INPUTS
-    }
-    versions.update(
-        {f"gold.{t}": table_version(spark, settings.lake.table_path("gold", t)) for t in GOLD_INPUTS}
-    )
-    return versions
+    """The Delta version of every silver and gold table a training set reads."""
+    tables = [("silver", t) for t in SILVER_INPUTS] + [("gold", t) for t in GOLD_INPUTS]
+    # Each is a small Spark job over one table's log, mostly planning and waiting: four side by
+    # side took 1.5 s against 2.5 s one by one on the 1M-impression history (warm JVM).
+    with ThreadPoolExecutor(4) as pool:
+        versions = pool.map(lambda t: table_version(spark, settings.lake.table_path(*t)), tables)
+    return {f"{layer}.{name}": v for (layer, name), v in zip(tables, versions, strict=True)}
 
 
 _STRINGS = (
