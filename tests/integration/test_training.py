@@ -130,6 +130,48 @@ def test_the_sampled_training_rows_do_not_depend_on_how_spark_partitions_them(sp
     assert sum(injected for *_, injected in few) > 0
 
 
+def test_impressions_of_events_gold_did_not_know_are_counted_and_left_out(  # type: ignore[no-untyped-def]
+    spark, world: World, tmp_path
+) -> None:
+    """An impression whose event gold did not hold by ``as_of`` has nothing to join features to:
+    it is left out of the examples and counted as ``event_unknown_at_as_of``, and every impression
+    of the window is then either a labelled example or that count."""
+    import shutil
+
+    from pyspark.sql import functions as F
+
+    from pipelines.training.examples import RSVP_LABEL_WINDOW, rsvp_examples
+
+    lake = tmp_path / "lake"
+    shutil.copytree(world.settings.lake.root, lake)
+    settings = world.settings.model_copy(
+        update={"lake": world.settings.lake.model_copy(update={"root": str(lake)})}
+    )
+    start = AS_OF - timedelta(days=14)
+    window = (
+        spark.read.format("delta")
+        .load(settings.lake.table_path("silver", "impressions"))
+        .filter(
+            (F.col("served_at") >= F.lit(start.replace(tzinfo=None)))
+            & (F.col("served_at") < F.lit((AS_OF - RSVP_LABEL_WINDOW).replace(tzinfo=None)))
+        )
+    )
+    forgotten = [
+        r.event_id for r in window.select("event_id").distinct().orderBy("event_id").limit(5).collect()
+    ]
+    forgotten_shown = window.filter(F.col("event_id").isin(forgotten)).count()
+    gold = settings.lake.table_path("gold", "event_features")
+    kept = spark.read.format("delta").load(gold).filter(~F.col("event_id").isin(forgotten))
+    kept.write.format("delta").mode("overwrite").save(gold)
+
+    rows, counts = rsvp_examples(spark, settings, start, AS_OF, AS_OF - timedelta(days=4), 1.0, 0.0, seed=3)
+
+    assert counts.dropped["event_unknown_at_as_of"] == forgotten_shown > 0
+    assert counts.natural_positives + counts.natural_negatives + forgotten_shown == window.count()
+    assert rows.filter(F.col("event_id").isin(forgotten)).count() == 0
+    assert rows.count() == counts.natural_positives + counts.natural_negatives
+
+
 def test_labels_match_a_brute_force_reading_of_silver(spark, world: World) -> None:  # type: ignore[no-untyped-def]
     from pipelines.training.sets import read_training_set
 
