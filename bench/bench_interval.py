@@ -147,9 +147,8 @@ def _rows(result: dict[str, Any]) -> list[tuple[str, float]]:
     ]
     ingest = _grouped(
         result["ingest_steps"],
-        lambda s: "read + gate the delivery, quarantine"
-        if s.startswith(("start", "read")) else "bronze MERGEs" if s.startswith("bronze")
-        else "silver MERGEs",
+        lambda s: "silver MERGEs" if s.startswith("silver") else "bronze MERGEs"
+        if s.startswith("bronze") else "read + gate the delivery, quarantine",
     )  # fmt: skip
     rows += [(f"ingest: {k}", v) for k, v in ingest.items()]
     gold = _grouped(

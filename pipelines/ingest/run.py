@@ -198,6 +198,8 @@ def ingest_bronze(
     for name in [n for n in parsed if not rows.get(n)]:  # files, but no line in the interval
         parsed.pop(name).unpersist()
     if summary is not None and parsed:
+        if progress:
+            progress("gate", 0, 1)
         cfg = settings.ingest
         gate = validate_summary(summary, cfg.max_quarantine_fraction, cfg.min_quarantined_to_fail)
         if not gate.success:
@@ -207,6 +209,8 @@ def ingest_bronze(
                 f"ingest {start_key}..{end_key}: {len(gate.failures)} landing check(s) failed their gate, "
                 "nothing was written:\n  " + "\n  ".join(gate.failures)
             )
+    if progress:
+        progress("bronze tables", 0, 1)
     unusable: dict[str, int] = {}
     if summary is not None:
         usable = summary[summary["check"] == USABLE]
@@ -227,6 +231,8 @@ def ingest_bronze(
         _quarantine_rows(split_valid(df)[1], name, run_id) for name, df in parsed.items() if unusable[name]
     ]
     if bad_rows:
+        if progress:
+            progress("quarantine", 0, 1)
         quarantine = reduce(lambda a, b: a.unionByName(b), bad_rows)
         _merge_insert_only(spark, settings.lake.table_path(*QUARANTINE_TABLE), quarantine, "_quarantine_id")
     for i, (name, frame) in enumerate(parsed.items()):

@@ -95,23 +95,46 @@ def parse_landing(raw: DataFrame, entity: LandingEntity) -> DataFrame:
     ``LOCAL_TIME_POLICY``): a ``local_datetime`` field ``x_local`` becomes the UTC instant ``x_at``
     plus ``x_was_ambiguous``, and the bare local time is dropped.
     """
-    parsed = raw.withColumn("_v", F.expr("try_parse_json(_raw)"))
-    root = F.schema_of_variant("_v")
-    reasons: list[Column] = [F.when(root.isNull() | ~root.startswith("OBJECT"), F.lit("unparseable_json"))]
-    typed: dict[str, Column] = {}
-    for f in entity.fields:
-        path = f"$.{f.name}"
-        json_type = F.schema_of_variant(F.variant_get("_v", path, "variant"))
-        missing = json_type.isNull() | (json_type == "VOID")
-        type_ok = _json_type_ok(f.kind, json_type)
-        raw_value = F.when(type_ok, F.try_variant_get("_v", path, _SPARK_TYPE[f.kind]))
-        typed[f.name] = _typed(f, raw_value)
-        reasons.append(_field_reason(f, missing, type_ok, typed[f.name]))
-    out = parsed.select(
+    # A projection per step, each reading the columns of the one before: each field's JSON value,
+    # then its JSON type name, then its typed value; the reasons read those columns. Written as one
+    # nested expression (a field's type inlined in every check that reads it) the same parse ran
+    # ~3x slower: Spark evaluated ``schema_of_variant`` once per check, not once per field.
+    json_col = {f.name: f"_json_{f.name}" for f in entity.fields}
+    type_col = {f.name: f"_type_{f.name}" for f in entity.fields}
+    values = raw.select(
         *RAW_COLUMNS,
-        *[typed[name].alias(name) for name in entity.field_names],
-        F.coalesce(*reasons).alias("_reason"),
+        F.expr("try_parse_json(_raw)").alias("_v"),
+    ).select(
+        *RAW_COLUMNS,
+        F.schema_of_variant("_v").alias("_root"),
+        *[F.variant_get("_v", f"$.{f.name}", "variant").alias(json_col[f.name]) for f in entity.fields],
     )
+    types = values.select(
+        "*", *[F.schema_of_variant(json_col[f.name]).alias(type_col[f.name]) for f in entity.fields]
+    )
+    typed = types.select(
+        *RAW_COLUMNS,
+        "_root",
+        *type_col.values(),
+        *[
+            _typed(
+                f,
+                F.when(
+                    _json_type_ok(f.kind, F.col(type_col[f.name])),
+                    F.try_variant_get(json_col[f.name], "$", _SPARK_TYPE[f.kind]),
+                ),
+            ).alias(f.name)
+            for f in entity.fields
+        ],
+    )
+    reasons: list[Column] = [
+        F.when(F.col("_root").isNull() | ~F.col("_root").startswith("OBJECT"), F.lit("unparseable_json"))
+    ]
+    for f in entity.fields:
+        json_type = F.col(type_col[f.name])
+        missing = json_type.isNull() | (json_type == "VOID")
+        reasons.append(_field_reason(f, missing, _json_type_ok(f.kind, json_type), F.col(f.name)))
+    out = typed.select(*RAW_COLUMNS, *entity.field_names, F.coalesce(*reasons).alias("_reason"))
     for f in entity.fields:
         if f.kind == "local_datetime":
             out = _resolve_local_time(out, f.name)
