@@ -13,6 +13,7 @@ rewrites nothing that is already there, because every write is a MERGE on a stab
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -237,7 +238,7 @@ def ingest_bronze(
         # Few rows (the gate caps their share) spread over every partition of every entity's lines:
         # the 1x history's ~5,900 over 193 partitions took their MERGE 7-8 s, in one 2-3 s.
         quarantine = reduce(lambda a, b: a.unionByName(b), bad_rows).coalesce(
-            max(1, -(-sum(unusable.values()) // QUARANTINE_ROWS_PER_PARTITION))
+            math.ceil(sum(unusable.values()) / QUARANTINE_ROWS_PER_PARTITION)
         )
         _merge_insert_only(spark, settings.lake.table_path(*QUARANTINE_TABLE), quarantine, "_quarantine_id")
     for i, (name, frame) in enumerate(parsed.items()):
