@@ -18,12 +18,12 @@ MLFLOW_PORT ?= 5000
 export TURNOUT_HOME
 
 .DEFAULT_GOAL := help
-.PHONY: help setup jars jars-s3 lock demo test test-cluster lint typecheck unit integration docs clean up down loop cluster-up cluster-down
+.PHONY: help setup jars jars-s3 spark-classes lock demo test test-cluster lint typecheck unit integration docs clean up down loop cluster-up cluster-down
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup: $(VENV)/.installed .cache/jars/.fetched ## Create .venv from requirements.lock and fetch Delta's jars.
+setup: $(VENV)/.installed .cache/jars/.fetched spark-classes ## Create .venv from requirements.lock, fetch Delta's jars, dump Spark's class archive.
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 jars: ## Copy Delta Lake's jars from Maven Central into .cache/jars (needs mvn, once).
 	cd conf/jars && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
 		-DincludeGroupIds=io.delta -DoutputDirectory=$(CURDIR)/.cache/jars
+
+spark-classes: $(VENV)/.installed .cache/jars/.fetched ## Dump the classes a Spark + Delta job loads, for faster driver starts (~1 min, once per JDK and jars).
+	$(BIN)/python -m pipelines.spark_classes
 
 .cache/jars-s3/.fetched: conf/jars/s3/pom.xml
 	$(MAKE) jars-s3

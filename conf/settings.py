@@ -36,6 +36,10 @@ class SparkSettings(_Strict):
     # Folders of further jars for spark.jars, e.g. `make jars-s3`'s S3A connector for a lake on s3a://.
     extra_jars_dirs: list[str] = Field(default_factory=list)
     conf: dict[str, str] = Field(default_factory=dict)
+    # Where `make spark-classes` keeps a class-data archive (CDS) of the classes a Spark + Delta job
+    # loads, one per JVM and classpath (pipelines/spark_classes.py). A driver finding the archive for
+    # its own JVM and classpath maps it instead of loading those classes from the jars. None: no archive.
+    class_archive_dir: str | None = None
 
 
 class LakeSettings(_Strict):

@@ -78,3 +78,36 @@ def test_a_lake_on_s3_puts_the_s3a_connector_on_spark_jars(tmp_path: Path) -> No
     empty = s.model_copy(update={"spark": s.spark.model_copy(update={"extra_jars_dirs": [str(tmp_path)]})})
     with pytest.raises(JarsMissing, match="make jars-s3"):
         spark_conf(empty)
+
+
+def test_the_class_archive_is_named_for_its_jars_and_mapped_only_once_it_exists(tmp_path: Path) -> None:
+    from pipelines.spark import class_archive, spark_conf
+
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "delta-spark_2.13-4.0.0.jar").write_bytes(b"x")
+    env = {"TURNOUT__SPARK__JARS_DIR": str(jars), "TURNOUT__SPARK__CLASS_ARCHIVE_DIR": str(tmp_path / "cds")}
+    s = load_settings("local", home=tmp_path / "home", environ=env)
+    archive = class_archive(s)
+    assert archive is not None and archive.parent == tmp_path / "cds"
+    flags = spark_conf(s)["spark.driver.extraJavaOptions"]
+    assert "SharedArchiveFile" not in flags and "-Duser.timezone=UTC" in flags
+
+    archive.parent.mkdir()
+    archive.write_bytes(b"classes")
+    # Not mapped until the dump has checked it and recorded its size (a truncated archive is a
+    # SIGBUS at JVM start, not a fallback).
+    assert "SharedArchiveFile" not in spark_conf(s)["spark.driver.extraJavaOptions"]
+    archive.with_name(archive.name + ".size").write_text("7\n")
+    assert f"-XX:SharedArchiveFile={archive}" in spark_conf(s)["spark.driver.extraJavaOptions"]
+    archive.write_bytes(b"class")
+    assert "SharedArchiveFile" not in spark_conf(s)["spark.driver.extraJavaOptions"]
+    archive.write_bytes(b"classes")
+
+    # Another jar on the classpath is another archive: the old one is never mapped by the new jars.
+    (jars / "delta-storage-4.0.0.jar").write_bytes(b"y")
+    assert class_archive(s) != archive
+    assert "SharedArchiveFile" not in spark_conf(s)["spark.driver.extraJavaOptions"]
+
+    none = load_settings("cluster", home=tmp_path / "home", environ={"TURNOUT__SPARK__JARS_DIR": str(jars)})
+    assert class_archive(none) is None
