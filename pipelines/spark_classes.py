@@ -1,17 +1,17 @@
 """`make spark-classes`: a class-data archive (CDS) of the classes a Spark + Delta job loads.
 
 Every DAG task is its own process and starts its own driver JVM, which loads and verifies the
-same ~25,000 classes of Spark, Delta and Scala from jars each time, and its first MERGE loads
-Delta's part of them. An hourly interval is ~500 small jobs in two such processes, so this fixed
-cost is a large share of it. HotSpot can instead map classes it dumped from an earlier run
-(``-XX:ArchiveClassesAtExit`` then ``-XX:SharedArchiveFile``; JDK 17 has no auto-archive). This
-module runs that earlier run: one session with the archive flag, a small workload touching what
-the pipeline uses (JSON/VARIANT parsing, Delta writes and MERGEs, joins, windows, aggregations,
-Arrow to pandas), then a clean JVM exit, which writes the archive.
+same thousands of classes of Spark, Delta and Scala from jars each time. HotSpot can instead map
+classes it dumped from an earlier run (``-XX:ArchiveClassesAtExit`` then
+``-XX:SharedArchiveFile``; JDK 17 has no auto-archive): a cold process's session start and first
+steps ~7 s faster (``bench/bench_spark_start.py``). This module runs that earlier run: one session
+with the archive flag, a small workload touching what the pipeline uses (JSON/VARIANT parsing,
+Delta writes and MERGEs, joins, windows, aggregations, Arrow to pandas), then a clean JVM exit,
+which writes the archive; it then checks that a JVM loads it and records its size.
 
-The archive belongs to one JVM, one classpath and one set of driver flags
-(``pipelines.spark.class_archive`` names it by their digest), so a changed jar or JDK simply finds
-none and starts as before. A driver that finds its archive maps it (``spark_conf``).
+The archive belongs to one JVM and one classpath (``pipelines.spark.class_archive`` names it by
+their digest), so a changed jar or JDK simply finds none and starts as before. A driver maps it
+only while its size is the one checked (``pipelines.spark.usable_class_archive``).
 """
 
 from __future__ import annotations
