@@ -23,19 +23,22 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conf import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
 
-def _workload(spark: object, scratch: Path) -> None:
+def _workload(spark: SparkSession, scratch: Path) -> None:
     """What an interval's jobs do, on a few rows: enough to load the classes they need."""
     from delta.tables import DeltaTable
-    from pyspark.sql import SparkSession, Window
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    assert isinstance(spark, SparkSession)
     lines = scratch / "landing"
     lines.mkdir()
     (lines / "part.jsonl").write_text(
