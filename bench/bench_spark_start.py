@@ -28,21 +28,17 @@ def run_once(home: Path, archive: bool) -> dict[str, float]:
     """The steps in this process (the child of ``main``)."""
     t0 = time.perf_counter()
     from delta.tables import DeltaTable
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from conf import load_settings
-    from pipelines.spark import spark_conf
+    from pipelines.spark import get_spark
 
-    conf = spark_conf(load_settings("local", home=home))
+    settings = load_settings("local", home=home)
     if not archive:
-        conf["spark.driver.extraJavaOptions"] = " ".join(
-            f for f in conf["spark.driver.extraJavaOptions"].split() if "SharedArchiveFile" not in f
+        settings = settings.model_copy(
+            update={"spark": settings.spark.model_copy(update={"class_archive_dir": None})}
         )
-    builder = SparkSession.builder.appName("bench-spark-start")
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = get_spark(settings, "bench-spark-start")
     seconds = {"session": time.perf_counter() - t0}
     path = str(home / "table")
 

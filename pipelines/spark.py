@@ -129,13 +129,15 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
-def get_spark(settings: Settings, app_name: str = "turnout") -> SparkSession:
-    """Return the process's Spark session, creating it on first call."""
+def get_spark(settings: Settings, app_name: str = "turnout", driver_flags: str = "") -> SparkSession:
+    """Return the process's Spark session, creating it on first call (with ``driver_flags`` added
+    to the driver JVM's options: `pipelines/spark_classes.py` dumps the class archive so)."""
     from pyspark.sql import SparkSession
 
     # PySpark launches local Python workers from PYSPARK_PYTHON (default: whatever `python3` is
     # on PATH), not from the conf; point it at this interpreter so workers see the same packages.
     conf = spark_conf(settings)
+    conf["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {driver_flags}".strip()
     os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
     (settings.home / "logs").mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(app_name)
@@ -143,11 +145,15 @@ def get_spark(settings: Settings, app_name: str = "turnout") -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    archive = usable_class_archive(settings)
+    mapped = [
+        f for f in conf["spark.driver.extraJavaOptions"].split() if f.startswith("-XX:SharedArchiveFile=")
+    ]
     log.info(
         "spark session %s on %s, %s",
         spark.version,
         settings.spark.master,
-        f"classes mapped from {archive}" if archive else "no class archive (`make spark-classes` makes one)",
+        f"classes mapped from {mapped[0].split('=', 1)[1]}"
+        if mapped
+        else "no class archive mapped (`make spark-classes` dumps one)",
     )
     return spark

@@ -80,23 +80,17 @@ def build(settings: Settings) -> Path | None:
     """Dump the archive for this JVM and classpath unless it exists; its path (None: no archive
     configured). The dump runs in this process's driver, which must not have started yet."""
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
-    from pipelines.spark import class_archive, java, spark_conf, usable_class_archive
+    from pipelines.spark import class_archive, get_spark, java, usable_class_archive
 
     target = class_archive(settings)
     if target is None or usable_class_archive(settings) is not None:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
-    conf = spark_conf(settings)
-    # The dump's notes on classes it cannot archive (old bytecode, unlinked) are not errors.
-    conf["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={partial} -Xlog:cds*=off"
     started = time.perf_counter()
-    builder = SparkSession.builder.appName("turnout-spark-classes")
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    # The dump's notes on classes it cannot archive (old bytecode, unlinked) are not errors.
+    spark = get_spark(settings, "turnout-spark-classes", f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds*=off")
     with tempfile.TemporaryDirectory(prefix="turnout-classes-") as scratch:
         _workload(spark, Path(scratch))
         spark.stop()
@@ -133,9 +127,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.spark_classes",
         description=(
-            "Dump a class-data archive of what a Spark + Delta job loads, for the JVM, jars and "
-            "driver flags of the profile's settings (spark.class_archive_dir). Driver JVMs that "
-            "find it start faster. Does nothing if it exists."
+            "Dump a class-data archive of what a Spark + Delta job loads, for the JVM and jars of "
+            "the profile's settings (spark.class_archive_dir). Driver JVMs that find it start "
+            "faster. Does nothing if a checked one exists."
         ),
     )
     parser.add_argument(

@@ -16,15 +16,10 @@ from pipelines.spark import class_archive, spark_conf
 _DRIVER = textwrap.dedent(
     """
     import sys
-    from pyspark.sql import SparkSession
     from conf import load_settings
-    from pipelines.spark import spark_conf
+    from pipelines.spark import get_spark
 
-    settings = load_settings("local", home=sys.argv[1])
-    builder = SparkSession.builder.appName("cds-check")
-    for key, value in spark_conf(settings).items():
-        builder = builder.config(key, value + " -Xshare:on" if key == "spark.driver.extraJavaOptions" else value)
-    spark = builder.getOrCreate()
+    spark = get_spark(load_settings("local", home=sys.argv[1]), "cds-check", "-Xshare:on")
     path = sys.argv[1] + "/t"
     spark.range(10).write.format("delta").save(path)
     print("rows", spark.read.format("delta").load(path).count())
